@@ -30,7 +30,7 @@ class PositionwiseFeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.w_2(self.dropout(self.w_1(x).relu()))
 
-# %% ../book/04_layers.ipynb #0e702589
+# %% ../book/04_layers.ipynb #fa2cd30f
 def check_token_ids(tokens: Tensor, vocab_size: int) -> None:
     """Raise a clear error unless `tokens` holds integer ids in [0, vocab_size)."""
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
@@ -74,7 +74,7 @@ class Generator(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(x)
 
-# %% ../book/04_layers.ipynb #6e797ad8
+# %% ../book/04_layers.ipynb #8b305ae0
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(…) (paper §3.5)."""
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
@@ -85,7 +85,7 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
     return table.float()
 
-
+# %% ../book/04_layers.ipynb #55350cce
 def check_length(length: int, max_len: int) -> None:
     """Raise a clear error when a sequence is longer than the positional table."""
     if length > max_len:
@@ -111,7 +111,7 @@ class PositionalEncoding(nn.Module):
         check_length(x.size(1), self.max_len)
         return self.dropout(x + self.pe[: x.size(1)])
 
-
+# %% ../book/04_layers.ipynb #9302156f
 class LearnedPositionalEmbedding(nn.Module):
     """A learned vector per position instead of the sinusoids (paper §3.5, Table 3 row (E))."""
 

@@ -6,7 +6,7 @@ parameter counts of the paper's base, big and Table 3 configurations."""
 
 # %% auto #0
 __all__ = ['TABLE3_ROWS', 'TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder',
-           'Transformer', 'make_model', 'count_parameters', 'parameter_table', 'config_parameter_count']
+           'Transformer', 'make_model', 'count_parameters', 'config_parameter_count', 'parameter_table']
 
 # %% ../book/05_model.ipynb #1266beea
 from collections.abc import Callable
@@ -45,6 +45,9 @@ class TransformerConfig:
         for name in ("src_vocab_size", "tgt_vocab_size", "n_layers", "d_model", "d_ff", "n_heads", "max_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("d_k", "d_v"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
@@ -95,7 +98,7 @@ class SublayerConnection(nn.Module):
             return self.norm(x + self.dropout(sublayer(x)))
         return x + self.dropout(sublayer(self.norm(x)))
 
-# %% ../book/05_model.ipynb #d7a3f5a5
+# %% ../book/05_model.ipynb #c290910e
 def _attention(config: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
         config.d_model, config.n_heads, config.d_k, config.d_v, dropout=config.attention_dropout
@@ -105,7 +108,7 @@ def _attention(config: TransformerConfig) -> MultiHeadAttention:
 def _sublayer(config: TransformerConfig) -> SublayerConnection:
     return SublayerConnection(config.d_model, config.dropout, config.norm_position, config.layer_norm_eps)
 
-
+# %% ../book/05_model.ipynb #051e63fb
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each a residual sub-layer (paper §3.1)."""
 
@@ -119,7 +122,7 @@ class EncoderLayer(nn.Module):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask))
         return self.sublayers[1](x, self.feed_forward)
 
-
+# %% ../book/05_model.ipynb #13b0eb5d
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder–decoder attention, feed-forward (paper §3.1, §3.2.3)."""
 
@@ -136,7 +139,7 @@ class DecoderLayer(nn.Module):
         x = self.sublayers[1](x, lambda x: self.src_attn(x, memory, memory, src_mask))
         return self.sublayers[2](x, self.feed_forward)
 
-# %% ../book/05_model.ipynb #4e23e985
+# %% ../book/05_model.ipynb #76697116
 def _final_norm(config: TransformerConfig) -> nn.Module:
     # Post-LN layers already end in a LayerNorm. Pre-LN layers do not, so a pre-LN stack needs
     # one more at its top, or its output would be an unnormalized residual sum.
@@ -144,7 +147,7 @@ def _final_norm(config: TransformerConfig) -> nn.Module:
         return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
     return nn.Identity()
 
-
+# %% ../book/05_model.ipynb #90af4174
 class Encoder(nn.Module):
     """A stack of N encoder layers (paper §3.1)."""
 
@@ -158,7 +161,7 @@ class Encoder(nn.Module):
             x = layer(x, mask)
         return self.norm(x)
 
-
+# %% ../book/05_model.ipynb #3b7cbcc8
 class Decoder(nn.Module):
     """A stack of N decoder layers (paper §3.1)."""
 
@@ -172,13 +175,13 @@ class Decoder(nn.Module):
             x = layer(x, memory, src_mask, tgt_mask)
         return self.norm(x)
 
-# %% ../book/05_model.ipynb #c290910e
+# %% ../book/05_model.ipynb #1187a750
 def _positional(config: TransformerConfig) -> nn.Module:
     if config.positional == "learned":
         return LearnedPositionalEmbedding(config.d_model, config.max_len, config.dropout)
     return PositionalEncoding(config.d_model, config.max_len, config.dropout)
 
-
+# %% ../book/05_model.ipynb #b02f5e35
 class Transformer(nn.Module):
     """The encoder–decoder Transformer of Figure 1 (paper §3)."""
 
@@ -223,7 +226,7 @@ class Transformer(nn.Module):
         """Logits (batch, tgt_len, tgt_vocab_size) for the next token at every target position."""
         return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
 
-# %% ../book/05_model.ipynb #051e63fb
+# %% ../book/05_model.ipynb #9d769620
 def make_model(config: TransformerConfig | None = None, **overrides) -> Transformer:
     """Build a Transformer: the paper's base model by default, with any config field overridden.
 
@@ -233,47 +236,10 @@ def make_model(config: TransformerConfig | None = None, **overrides) -> Transfor
     config = replace(config or TransformerConfig(), **overrides)
     return Transformer(config)
 
-
+# %% ../book/05_model.ipynb #915f65ab
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters, each shared (tied) matrix counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-# %% ../book/05_model.ipynb #13b0eb5d
-# The rows of the paper's Table 3 that change the parameter count, with the paper's counts
-# (in millions). Each row changes the base model as the table's non-blank cells say.
-TABLE3_ROWS: dict[str, tuple[dict, float | None]] = {
-    "base": ({}, 65),
-    "(A) h=1, d_k=d_v=512": ({"n_heads": 1, "d_k": 512, "d_v": 512}, None),
-    "(A) h=4, d_k=d_v=128": ({"n_heads": 4, "d_k": 128, "d_v": 128}, None),
-    "(A) h=16, d_k=d_v=32": ({"n_heads": 16, "d_k": 32, "d_v": 32}, None),
-    "(A) h=32, d_k=d_v=16": ({"n_heads": 32, "d_k": 16, "d_v": 16}, None),
-    "(B) d_k=16": ({"d_k": 16, "d_v": 64}, 58),
-    "(B) d_k=32": ({"d_k": 32, "d_v": 64}, 60),
-    "(C) N=2": ({"n_layers": 2}, 36),
-    "(C) N=4": ({"n_layers": 4}, 50),
-    "(C) N=8": ({"n_layers": 8}, 80),
-    "(C) d_model=256, d_k=d_v=32": ({"d_model": 256, "d_k": 32, "d_v": 32}, 28),
-    "(C) d_model=1024, d_k=d_v=128": ({"d_model": 1024, "d_k": 128, "d_v": 128}, 168),
-    "(C) d_ff=1024": ({"d_ff": 1024}, 53),
-    "(C) d_ff=4096": ({"d_ff": 4096}, 90),
-    "(E) learned positions": ({"positional": "learned"}, None),
-    "big": ({"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3}, 213),
-}
-
-
-def parameter_table(vocab_size: int = 37000, max_len: int = 5000) -> list[dict]:
-    """Parameter counts of every Table 3 row beside the paper's, for one shared vocabulary size.
-
-    Counts come from the configuration alone (no model is built), so this is instant even for
-    the big model; the chapter checks the formula against `count_parameters(make_model(...))`.
-    """
-    rows = []
-    for name, (overrides, paper) in TABLE3_ROWS.items():
-        config = TransformerConfig(
-            src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, max_len=max_len, **overrides
-        )
-        rows.append({"row": name, "ours": config_parameter_count(config), "paper_millions": paper})
-    return rows
 
 # %% ../book/05_model.ipynb #b652648b
 def config_parameter_count(config: TransformerConfig) -> int:
@@ -295,3 +261,40 @@ def config_parameter_count(config: TransformerConfig) -> int:
         embeddings += config.tgt_vocab_size * d
     positions = 2 * config.max_len * d if config.positional == "learned" else 0
     return stacks + embeddings + positions
+
+# %% ../book/05_model.ipynb #21837e6f
+# The rows of the paper's Table 3 that change the parameter count, with the paper's counts
+# (in millions). Each row changes the base model as the table's non-blank cells say.
+TABLE3_ROWS: dict[str, tuple[dict, float | None]] = {
+    "base": ({}, 65),
+    "(A) h=1, d_k=d_v=512": ({"n_heads": 1, "d_k": 512, "d_v": 512}, None),
+    "(A) h=4, d_k=d_v=128": ({"n_heads": 4, "d_k": 128, "d_v": 128}, None),
+    "(A) h=16, d_k=d_v=32": ({"n_heads": 16, "d_k": 32, "d_v": 32}, None),
+    "(A) h=32, d_k=d_v=16": ({"n_heads": 32, "d_k": 16, "d_v": 16}, None),
+    "(B) d_k=16": ({"d_k": 16, "d_v": 64}, 58),
+    "(B) d_k=32": ({"d_k": 32, "d_v": 64}, 60),
+    "(C) N=2": ({"n_layers": 2}, 36),
+    "(C) N=4": ({"n_layers": 4}, 50),
+    "(C) N=8": ({"n_layers": 8}, 80),
+    "(C) d_model=256, d_k=d_v=32": ({"d_model": 256, "d_k": 32, "d_v": 32}, 28),
+    "(C) d_model=1024, d_k=d_v=128": ({"d_model": 1024, "d_k": 128, "d_v": 128}, 168),
+    "(C) d_ff=1024": ({"d_ff": 1024}, 53),
+    "(C) d_ff=4096": ({"d_ff": 4096}, 90),
+    "(E) learned positions": ({"positional": "learned"}, None),
+    "big": ({"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3}, 213),
+}
+
+# %% ../book/05_model.ipynb #381f4610
+def parameter_table(vocab_size: int = 37000, max_len: int = 5000) -> list[dict]:
+    """Parameter counts of every Table 3 row beside the paper's, for one shared vocabulary size.
+
+    Counts come from the configuration alone (no model is built), so this is instant even for
+    the big model; the chapter checks the formula against `count_parameters(make_model(...))`.
+    """
+    rows = []
+    for name, (overrides, paper) in TABLE3_ROWS.items():
+        config = TransformerConfig(
+            src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, max_len=max_len, **overrides
+        )
+        rows.append({"row": name, "ours": config_parameter_count(config), "paper_millions": paper})
+    return rows

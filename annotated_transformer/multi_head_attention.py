@@ -39,6 +39,9 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if n_heads < 1:
             raise ValueError(f"n_heads must be at least 1, got {n_heads}")
+        for name, size in (("d_k", d_k), ("d_v", d_v)):
+            if size is not None and size < 1:
+                raise ValueError(f"{name} must be a positive integer or None, got {size}")
         if (d_k is None or d_v is None) and d_model % n_heads != 0:
             raise ValueError(
                 f"d_model={d_model} is not divisible by n_heads={n_heads}: each head gets "
@@ -70,7 +73,7 @@ class MultiHeadAttention(nn.Module):
         k = self._split_heads(self.w_k(key), self.d_k)
         v = self._split_heads(self.w_v(value), self.d_v)
         if mask is not None:
-            if mask.dim() != 3:
+            if isinstance(mask, Tensor) and mask.dim() != 3:
                 raise ValueError(
                     f"multi-head attention mask must be 3-D (batch or 1, query_len or 1, key_len), "
                     f"got shape {tuple(mask.shape)}"

@@ -1,0 +1,109 @@
+"""Shared helpers for the unit tests: small configurations, and weight copying from our layers
+into PyTorch's reference layers (``torch.nn.MultiheadAttention``, ``TransformerEncoderLayer``, ...).
+
+Mask conventions differ: ours are bool with True = *may attend*; PyTorch's bool masks use
+True = *blocked*. The ``torch_*`` helpers convert ours into PyTorch's.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from annotated_transformer.model import DecoderLayer, EncoderLayer, TransformerConfig
+from annotated_transformer.multi_head_attention import MultiHeadAttention
+
+# float32 tolerance required of every comparison with PyTorch's reference implementations.
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def small_config(**overrides) -> TransformerConfig:
+    """A tiny configuration (d_model 32, 4 heads, 2 layers, no dropout) that runs in milliseconds."""
+    fields = {
+        "src_vocab_size": 23,
+        "tgt_vocab_size": 23,
+        "n_layers": 2,
+        "d_model": 32,
+        "d_ff": 64,
+        "n_heads": 4,
+        "dropout": 0.0,
+        "max_len": 40,
+    }
+    fields.update(overrides)
+    return TransformerConfig(**fields)
+
+
+@torch.no_grad()
+def copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    """Copy our W^Q, W^K, W^V, W^O into PyTorch's packed in_proj and out_proj."""
+    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+    theirs.out_proj.weight.copy_(ours.w_o.weight)
+    theirs.out_proj.bias.copy_(ours.w_o.bias)
+
+
+@torch.no_grad()
+def _copy_linear_or_norm(ours: nn.Module, theirs: nn.Module) -> None:
+    theirs.weight.copy_(ours.weight)
+    theirs.bias.copy_(ours.bias)
+
+
+def copy_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncoderLayer) -> None:
+    copy_attention(ours.self_attn, theirs.self_attn)
+    _copy_linear_or_norm(ours.feed_forward.w_1, theirs.linear1)
+    _copy_linear_or_norm(ours.feed_forward.w_2, theirs.linear2)
+    _copy_linear_or_norm(ours.sublayers[0].norm, theirs.norm1)
+    _copy_linear_or_norm(ours.sublayers[1].norm, theirs.norm2)
+
+
+def copy_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -> None:
+    copy_attention(ours.self_attn, theirs.self_attn)
+    copy_attention(ours.src_attn, theirs.multihead_attn)
+    _copy_linear_or_norm(ours.feed_forward.w_1, theirs.linear1)
+    _copy_linear_or_norm(ours.feed_forward.w_2, theirs.linear2)
+    _copy_linear_or_norm(ours.sublayers[0].norm, theirs.norm1)
+    _copy_linear_or_norm(ours.sublayers[1].norm, theirs.norm2)
+    _copy_linear_or_norm(ours.sublayers[2].norm, theirs.norm3)
+
+
+def copy_layer_norm(ours: nn.LayerNorm, theirs: nn.LayerNorm) -> None:
+    _copy_linear_or_norm(ours, theirs)
+
+
+def torch_encoder_layer(config: TransformerConfig) -> nn.TransformerEncoderLayer:
+    return nn.TransformerEncoderLayer(
+        config.d_model,
+        config.n_heads,
+        config.d_ff,
+        dropout=0.0,
+        batch_first=True,
+        norm_first=config.norm_position == "pre",
+        layer_norm_eps=config.layer_norm_eps,
+    )
+
+
+def torch_decoder_layer(config: TransformerConfig) -> nn.TransformerDecoderLayer:
+    return nn.TransformerDecoderLayer(
+        config.d_model,
+        config.n_heads,
+        config.d_ff,
+        dropout=0.0,
+        batch_first=True,
+        norm_first=config.norm_position == "pre",
+        layer_norm_eps=config.layer_norm_eps,
+    )
+
+
+def torch_key_padding(mask: Tensor) -> Tensor:
+    """Our padding mask (batch, 1, len), True = real token → PyTorch's (batch, len), True = padding."""
+    return ~mask.squeeze(1)
+
+
+def torch_causal(size: int) -> Tensor:
+    """PyTorch's bool causal mask (size, size): True above the diagonal (= blocked)."""
+    return torch.ones(size, size, dtype=torch.bool).triu(diagonal=1)
+
+
+def set_fused(model: nn.Module, fused: bool) -> None:
+    """Switch every MultiHeadAttention in `model` between the SDPA kernel and `attention()`."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.fused = fused

@@ -1,0 +1,574 @@
+"""Encoder and decoder layers and stacks (§3.1) against PyTorch's reference layers, the full
+model's masking guarantees, configuration checks, determinism and parameter counts (Table 3)."""
+
+import copy
+
+import pytest
+import torch
+from helpers import (
+    TOL,
+    copy_decoder_layer,
+    copy_encoder_layer,
+    copy_layer_norm,
+    set_fused,
+    small_config,
+    torch_causal,
+    torch_decoder_layer,
+    torch_encoder_layer,
+    torch_key_padding,
+)
+from torch import nn
+
+from annotated_transformer.attention import padding_mask, target_mask
+from annotated_transformer.layers import Embeddings, PositionalEncoding
+from annotated_transformer.model import (
+    TABLE3_ROWS,
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    TransformerConfig,
+    config_parameter_count,
+    count_parameters,
+    make_model,
+)
+
+PAD = 0
+BATCH, SRC_LEN, TGT_LEN = 2, 7, 6
+NORMS = pytest.mark.parametrize("norm_position", ["post", "pre"])
+MODES = pytest.mark.parametrize("mode", ["eval", "train"])
+FUSED = pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+
+
+def tokens(length: int, n_pad: int, seed: int, vocab: int = 23) -> torch.Tensor:
+    """(BATCH, length) ids in [1, vocab); the first sequence ends in `n_pad` padding tokens."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (BATCH, length), generator=generator)
+    if n_pad:
+        ids[0, -n_pad:] = PAD
+    return ids
+
+
+def states(length: int, d_model: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(BATCH, length, d_model, generator=generator)
+
+
+def set_mode(mode: str, *modules: nn.Module) -> None:
+    for module in modules:
+        module.train(mode == "train")
+
+
+# --- §3.1 layers against torch.nn.TransformerEncoderLayer / TransformerDecoderLayer --------------
+
+
+def encoder_layer_pair(norm_position: str) -> tuple[EncoderLayer, nn.TransformerEncoderLayer]:
+    torch.manual_seed(0)
+    config = small_config(norm_position=norm_position)
+    ours = EncoderLayer(config)
+    theirs = torch_encoder_layer(config)
+    copy_encoder_layer(ours, theirs)
+    return ours, theirs
+
+
+def decoder_layer_pair(norm_position: str) -> tuple[DecoderLayer, nn.TransformerDecoderLayer]:
+    torch.manual_seed(0)
+    config = small_config(norm_position=norm_position)
+    ours = DecoderLayer(config)
+    theirs = torch_decoder_layer(config)
+    copy_decoder_layer(ours, theirs)
+    return ours, theirs
+
+
+@NORMS
+@MODES
+def test_encoder_layer_without_mask_matches_torch(norm_position, mode):
+    ours, theirs = encoder_layer_pair(norm_position)
+    set_mode(mode, ours, theirs)
+    x = states(SRC_LEN, 32, seed=1)
+    # no_grad lets nn.TransformerEncoderLayer take its fused "fast path" in eval mode.
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, None), theirs(x), **TOL)
+
+
+@NORMS
+@MODES
+def test_encoder_layer_with_padding_mask_matches_torch(norm_position, mode):
+    ours, theirs = encoder_layer_pair(norm_position)
+    set_mode(mode, ours, theirs)
+    x = states(SRC_LEN, 32, seed=1)
+    mask = padding_mask(tokens(SRC_LEN, n_pad=3, seed=2), PAD)
+    with torch.no_grad():
+        expected = theirs(x, src_key_padding_mask=torch_key_padding(mask))
+        torch.testing.assert_close(ours(x, mask), expected, **TOL)
+
+
+@NORMS
+@MODES
+def test_decoder_layer_with_all_masks_matches_torch(norm_position, mode):
+    """Target causal + target padding in self-attention, source padding in encoder–decoder attention."""
+    ours, theirs = decoder_layer_pair(norm_position)
+    set_mode(mode, ours, theirs)
+    x = states(TGT_LEN, 32, seed=1)
+    memory = states(SRC_LEN, 32, seed=2)
+    tgt = tokens(TGT_LEN, n_pad=2, seed=3)
+    src_mask = padding_mask(tokens(SRC_LEN, n_pad=3, seed=4), PAD)
+    with torch.no_grad():
+        expected = theirs(
+            x,
+            memory,
+            tgt_mask=torch_causal(TGT_LEN),
+            tgt_key_padding_mask=torch_key_padding(padding_mask(tgt, PAD)),
+            memory_key_padding_mask=torch_key_padding(src_mask),
+        )
+        torch.testing.assert_close(ours(x, memory, src_mask, target_mask(tgt, PAD)), expected, **TOL)
+
+
+@NORMS
+@MODES
+def test_decoder_layer_without_masks_matches_torch(norm_position, mode):
+    ours, theirs = decoder_layer_pair(norm_position)
+    set_mode(mode, ours, theirs)
+    x = states(TGT_LEN, 32, seed=1)
+    memory = states(SRC_LEN, 32, seed=2)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, memory, None, None), theirs(x, memory), **TOL)
+
+
+@NORMS
+def test_layers_match_torch_with_gradients_enabled(norm_position):
+    """With autograd on, PyTorch skips its fast path; outputs and input gradients must still agree."""
+    encoder, torch_encoder = encoder_layer_pair(norm_position)
+    x = states(SRC_LEN, 32, seed=1).requires_grad_()
+    x_theirs = x.detach().clone().requires_grad_()
+    mask = padding_mask(tokens(SRC_LEN, n_pad=3, seed=2), PAD)
+    out = encoder(x, mask)
+    expected = torch_encoder(x_theirs, src_key_padding_mask=torch_key_padding(mask))
+    torch.testing.assert_close(out, expected, **TOL)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(x.grad, x_theirs.grad, atol=1e-4, rtol=1e-4)
+
+
+# --- stacks against torch.nn.TransformerEncoder / TransformerDecoder ----------------------------
+
+
+def torch_final_norm(config: TransformerConfig, ours: nn.Module) -> nn.LayerNorm | None:
+    if config.norm_position == "post":
+        return None
+    norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+    copy_layer_norm(ours, norm)
+    return norm
+
+
+@NORMS
+@MODES
+def test_encoder_stack_matches_torch(norm_position, mode):
+    torch.manual_seed(0)
+    config = small_config(norm_position=norm_position, n_layers=3)
+    ours = Encoder(config)
+    theirs = nn.TransformerEncoder(
+        torch_encoder_layer(config),
+        config.n_layers,
+        norm=torch_final_norm(config, ours.norm),
+        enable_nested_tensor=False,
+    )
+    for our_layer, their_layer in zip(ours.layers, theirs.layers, strict=True):
+        copy_encoder_layer(our_layer, their_layer)
+    set_mode(mode, ours, theirs)
+    x = states(SRC_LEN, config.d_model, seed=1)
+    mask = padding_mask(tokens(SRC_LEN, n_pad=3, seed=2), PAD)
+    with torch.no_grad():
+        expected = theirs(x, src_key_padding_mask=torch_key_padding(mask))
+        torch.testing.assert_close(ours(x, mask), expected, **TOL)
+
+
+@NORMS
+@MODES
+def test_decoder_stack_matches_torch(norm_position, mode):
+    torch.manual_seed(0)
+    config = small_config(norm_position=norm_position, n_layers=3)
+    ours = Decoder(config)
+    theirs = nn.TransformerDecoder(
+        torch_decoder_layer(config), config.n_layers, norm=torch_final_norm(config, ours.norm)
+    )
+    for our_layer, their_layer in zip(ours.layers, theirs.layers, strict=True):
+        copy_decoder_layer(our_layer, their_layer)
+    set_mode(mode, ours, theirs)
+    x = states(TGT_LEN, config.d_model, seed=1)
+    memory = states(SRC_LEN, config.d_model, seed=2)
+    tgt = tokens(TGT_LEN, n_pad=2, seed=3)
+    src_mask = padding_mask(tokens(SRC_LEN, n_pad=3, seed=4), PAD)
+    with torch.no_grad():
+        expected = theirs(
+            x,
+            memory,
+            tgt_mask=torch_causal(TGT_LEN),
+            tgt_key_padding_mask=torch_key_padding(padding_mask(tgt, PAD)),
+            memory_key_padding_mask=torch_key_padding(src_mask),
+        )
+        torch.testing.assert_close(ours(x, memory, src_mask, target_mask(tgt, PAD)), expected, **TOL)
+
+
+def test_post_ln_stacks_have_no_final_norm():
+    model = make_model(small_config(norm_position="post"))
+    assert isinstance(model.encoder.norm, nn.Identity)
+    assert isinstance(model.decoder.norm, nn.Identity)
+
+
+def test_pre_ln_stacks_end_in_a_layer_norm():
+    config = small_config(norm_position="pre", layer_norm_eps=1e-5)
+    model = make_model(config)
+    for norm in (model.encoder.norm, model.decoder.norm):
+        assert isinstance(norm, nn.LayerNorm)
+        assert norm.normalized_shape == (config.d_model,)
+        assert norm.eps == config.layer_norm_eps
+
+
+# --- the full model: causal masking and padding ----------------------------------------------
+
+
+def small_model(**overrides) -> nn.Module:
+    torch.manual_seed(0)
+    return make_model(small_config(**overrides)).eval()
+
+
+def run(model, src, tgt):
+    return model(src, tgt, padding_mask(src, PAD), target_mask(tgt, PAD))
+
+
+def test_forward_output_shape():
+    model = small_model(share_embeddings=False, src_vocab_size=19, tgt_vocab_size=29)
+    src, tgt = tokens(SRC_LEN, 2, seed=1, vocab=19), tokens(TGT_LEN, 1, seed=2, vocab=29)
+    assert run(model, src, tgt).shape == (BATCH, TGT_LEN, 29)
+
+
+@NORMS
+@FUSED
+def test_logits_do_not_depend_on_later_target_tokens(norm_position, fused):
+    model = small_model(norm_position=norm_position)
+    set_fused(model, fused)
+    src, tgt = tokens(SRC_LEN, 2, seed=1), tokens(TGT_LEN, 0, seed=2)
+    with torch.no_grad():
+        logits = run(model, src, tgt)
+        for i in range(TGT_LEN - 1):
+            changed = tgt.clone()
+            changed[:, i + 1 :] = (changed[:, i + 1 :] + 5) % 22 + 1  # other real tokens
+            new_logits = run(model, src, changed)
+            torch.testing.assert_close(new_logits[:, : i + 1], logits[:, : i + 1], atol=1e-6, rtol=0)
+            # Control: the changed positions themselves do see the change.
+            assert not torch.allclose(new_logits[:, i + 1 :], logits[:, i + 1 :])
+
+
+@NORMS
+@FUSED
+def test_decoder_output_has_zero_gradient_wrt_later_positions(norm_position, fused):
+    model = small_model(norm_position=norm_position)
+    set_fused(model, fused)
+    src, tgt = tokens(SRC_LEN, 2, seed=1), tokens(TGT_LEN, 0, seed=2)
+    src_mask = padding_mask(src, PAD)
+    memory = model.encode(src, src_mask).detach()
+    embedded = model.tgt_pos(model.tgt_embed(tgt)).detach().requires_grad_()
+    out = model.decoder(embedded, memory, src_mask, target_mask(tgt, PAD))
+    # A random projection of output i (a plain sum would be constant after a LayerNorm).
+    projection = torch.randn(model.config.d_model, generator=torch.Generator().manual_seed(3))
+    for i in range(TGT_LEN):
+        (grad,) = torch.autograd.grad(out[:, i] @ projection, embedded, torch.ones(BATCH), retain_graph=True)
+        assert torch.all(grad[:, i + 1 :] == 0), f"output {i} depends on later positions"
+        assert torch.all(grad[:, : i + 1].abs().sum(-1) > 0), f"output {i} ignores earlier positions"
+
+
+@NORMS
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)], ids=["f32", "f64"])
+def test_source_padding_does_not_change_real_positions(norm_position, dtype, atol):
+    model = small_model(norm_position=norm_position).to(dtype)
+    src, tgt = tokens(SRC_LEN, 0, seed=1), tokens(TGT_LEN, 0, seed=2)
+    padded = torch.cat([src, torch.full((BATCH, 4), PAD)], dim=1)
+    with torch.no_grad():
+        memory = model.encode(src, padding_mask(src, PAD))
+        padded_memory = model.encode(padded, padding_mask(padded, PAD))
+        torch.testing.assert_close(padded_memory[:, :SRC_LEN], memory, atol=atol, rtol=atol)
+        torch.testing.assert_close(run(model, padded, tgt), run(model, src, tgt), atol=atol, rtol=atol)
+
+
+@NORMS
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 1e-5), (torch.float64, 1e-10)], ids=["f32", "f64"])
+def test_target_padding_does_not_change_real_positions(norm_position, dtype, atol):
+    model = small_model(norm_position=norm_position).to(dtype)
+    src, tgt = tokens(SRC_LEN, 2, seed=1), tokens(TGT_LEN, 0, seed=2)
+    padded = torch.cat([tgt, torch.full((BATCH, 3), PAD)], dim=1)
+    with torch.no_grad():
+        expected = run(model, src, tgt)
+        torch.testing.assert_close(run(model, src, padded)[:, :TGT_LEN], expected, atol=atol, rtol=atol)
+
+
+def test_source_padding_without_a_mask_does_change_outputs():
+    """Control for the padding tests: they would fail if the mask were ignored."""
+    model = small_model()
+    src = tokens(SRC_LEN, 0, seed=1)
+    padded = torch.cat([src, torch.full((BATCH, 4), PAD)], dim=1)
+    with torch.no_grad():
+        memory = model.encode(src, None)
+        padded_memory = model.encode(padded, None)
+    assert (padded_memory[:, :SRC_LEN] - memory).abs().max() > 1e-3
+
+
+@NORMS
+@FUSED
+@MODES
+def test_all_padding_source_gives_no_nan(norm_position, fused, mode):
+    """A batch element whose source is all padding: every source key is masked, yet no NaN appears."""
+    torch.manual_seed(0)
+    model = make_model(small_config(norm_position=norm_position, dropout=0.1, attention_dropout=0.1))
+    set_fused(model, fused)
+    model.train(mode == "train")
+    src, tgt = tokens(SRC_LEN, 0, seed=1), tokens(TGT_LEN, 0, seed=2)
+    src[1] = PAD
+    logits = run(model, src, tgt)
+    assert torch.isfinite(logits).all()
+    logits.logsumexp(-1).sum().backward()
+    for name, parameter in model.named_parameters():
+        assert torch.isfinite(parameter.grad).all(), name
+
+
+# --- permutation equivariance and positions (§3.5) --------------------------------------------
+
+
+def test_encoder_layer_without_positions_is_permutation_equivariant():
+    torch.manual_seed(0)
+    layer = EncoderLayer(small_config()).eval()
+    x = states(SRC_LEN, 32, seed=1)
+    mask = padding_mask(tokens(SRC_LEN, 2, seed=2), PAD)
+    perm = torch.tensor([4, 0, 6, 2, 1, 5, 3])
+    with torch.no_grad():
+        out = layer(x, mask)
+        out_permuted = layer(x[:, perm], mask[..., perm])
+    torch.testing.assert_close(out_permuted, out[:, perm], **TOL)
+
+
+def test_positional_encoding_breaks_permutation_equivariance():
+    """Embeddings + sinusoids + an encoder layer: permuting the tokens no longer permutes the output."""
+    torch.manual_seed(0)
+    config = small_config()
+    embed, positions = Embeddings(config.src_vocab_size, config.d_model), PositionalEncoding(config.d_model)
+    layer = EncoderLayer(config).eval()
+    src = torch.tensor([[3, 8, 1, 15, 7, 22, 4]])
+    perm = torch.tensor([4, 0, 6, 2, 1, 5, 3])
+    with torch.no_grad():
+        out = layer(positions(embed(src)), None)
+        out_permuted = layer(positions(embed(src[:, perm])), None)
+        # Without the positions the same check passes, so the difference comes from them.
+        torch.testing.assert_close(layer(embed(src[:, perm]), None), layer(embed(src), None)[:, perm], **TOL)
+    assert (out_permuted - out[:, perm]).abs().max() > 0.1
+
+
+# --- §3.4 weight sharing ----------------------------------------------------------------------
+
+
+def test_generator_weight_is_the_target_embedding_weight():
+    for share in (True, False):
+        model = make_model(small_config(share_embeddings=share))
+        assert model.generator.proj.weight is model.tgt_embed.lut.weight
+        assert model.generator.proj.weight.data_ptr() == model.tgt_embed.lut.weight.data_ptr()
+
+
+def test_shared_embeddings_are_one_module():
+    model = make_model(small_config(share_embeddings=True))
+    assert model.src_embed is model.tgt_embed
+
+
+def test_unshared_embeddings_are_separate_modules():
+    model = make_model(small_config(share_embeddings=False, src_vocab_size=19, tgt_vocab_size=29))
+    assert model.src_embed is not model.tgt_embed
+    assert model.src_embed.lut.weight.shape == (19, 32)
+    assert model.tgt_embed.lut.weight.shape == (29, 32)
+
+
+def test_tied_weight_gets_gradients_from_every_use():
+    """The tied matrix's gradient is the sum of its gradients as source embedding, target embedding
+    and pre-softmax projection: compare with a copy whose projection is untied."""
+    model = small_model(share_embeddings=True)
+    untied = copy.deepcopy(model)
+    untied.generator.proj.weight = nn.Parameter(untied.generator.proj.weight.detach().clone())
+    src, tgt = tokens(SRC_LEN, 2, seed=1), tokens(TGT_LEN, 1, seed=2)
+    for m in (model, untied):
+        run(m, src, tgt).log_softmax(-1)[..., 5].sum().backward()
+    embedding_grad = untied.src_embed.lut.weight.grad
+    projection_grad = untied.generator.proj.weight.grad
+    assert embedding_grad.abs().sum() > 0 and projection_grad.abs().sum() > 0
+    torch.testing.assert_close(model.src_embed.lut.weight.grad, embedding_grad + projection_grad, **TOL)
+
+
+# --- configuration checks ---------------------------------------------------------------------
+
+
+def test_config_defaults_are_the_base_model():
+    config = TransformerConfig()
+    assert (config.n_layers, config.d_model, config.d_ff, config.n_heads) == (6, 512, 2048, 8)
+    assert config.dropout == 0.1 and config.norm_position == "post" and config.share_embeddings
+    big = TransformerConfig.big()
+    assert (big.d_model, big.d_ff, big.n_heads, big.dropout) == (1024, 4096, 16, 0.3)
+
+
+def test_config_rejects_d_model_not_divisible_by_heads():
+    with pytest.raises(ValueError, match=r"d_model=30 is not divisible by n_heads=4"):
+        small_config(d_model=30, n_heads=4)
+
+
+def test_config_accepts_explicit_head_sizes_for_any_d_model():
+    config = small_config(d_model=30, n_heads=4, d_k=8, d_v=8)
+    model = make_model(config)
+    assert count_parameters(model) == config_parameter_count(config)
+
+
+def test_config_rejects_share_embeddings_with_different_vocabularies():
+    with pytest.raises(ValueError, match=r"share_embeddings.*src_vocab_size=19.*tgt_vocab_size=29"):
+        small_config(src_vocab_size=19, tgt_vocab_size=29, share_embeddings=True)
+
+
+@pytest.mark.parametrize("field", ["dropout", "attention_dropout", "ffn_dropout"])
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5])
+def test_config_rejects_bad_dropout(field, value):
+    with pytest.raises(ValueError, match=rf"{field} must lie in \[0, 1\)"):
+        small_config(**{field: value})
+
+
+@pytest.mark.parametrize("value", ["Post", "middle", ""])
+def test_config_rejects_bad_norm_position(value):
+    with pytest.raises(ValueError, match="norm_position must be 'post' or 'pre'"):
+        small_config(norm_position=value)
+
+
+@pytest.mark.parametrize("value", ["sinusoid", "rotary", ""])
+def test_config_rejects_bad_positional(value):
+    with pytest.raises(ValueError, match="positional must be 'sinusoidal' or 'learned'"):
+        small_config(positional=value)
+
+
+@pytest.mark.parametrize("field", ["n_layers", "d_model", "d_ff", "n_heads", "max_len", "src_vocab_size"])
+def test_config_rejects_non_positive_sizes(field):
+    with pytest.raises(ValueError, match=rf"{field} must be a positive integer"):
+        small_config(**{field: 0})
+
+
+def test_make_model_overrides_are_validated():
+    with pytest.raises(ValueError, match="norm_position"):
+        make_model(small_config(), norm_position="sideways")
+
+
+def test_model_rejects_sequence_longer_than_max_len():
+    model = small_model(max_len=8)
+    src, tgt = torch.ones(1, 9, dtype=torch.long), torch.ones(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"longer than the positional encoding table \(max_len=8\)"):
+        model(src, tgt, None, None)
+
+
+@pytest.mark.parametrize("bad_id", [-1, 23])
+def test_model_rejects_token_ids_outside_the_vocabulary(bad_id):
+    model = small_model()
+    src = torch.tensor([[1, 2, bad_id]])
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 23\)"):
+        model(src, src.clamp(0, 22), None, None)
+
+
+def test_model_rejects_float_token_ids():
+    model = small_model()
+    with pytest.raises(TypeError, match="integer tensor"):
+        model(torch.ones(1, 3), torch.ones(1, 3, dtype=torch.long), None, None)
+
+
+# --- determinism ------------------------------------------------------------------------------
+
+DROPOUTS = {"dropout": 0.1, "attention_dropout": 0.1, "ffn_dropout": 0.1}
+
+
+def test_same_seed_gives_identical_weights():
+    config = small_config(**DROPOUTS)
+    torch.manual_seed(7)
+    first = make_model(config).state_dict()
+    torch.manual_seed(7)
+    second = make_model(config).state_dict()
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+
+
+def test_different_seed_gives_different_weights():
+    config = small_config()
+    torch.manual_seed(7)
+    first = make_model(config).state_dict()
+    torch.manual_seed(8)
+    second = make_model(config).state_dict()
+    assert not torch.equal(first["src_embed.lut.weight"], second["src_embed.lut.weight"])
+    assert not torch.equal(
+        first["encoder.layers.0.self_attn.w_q.weight"], second["encoder.layers.0.self_attn.w_q.weight"]
+    )
+
+
+@FUSED
+def test_train_mode_forward_is_reproducible_given_a_seed(fused):
+    torch.manual_seed(0)
+    model = make_model(small_config(**DROPOUTS)).train()
+    set_fused(model, fused)
+    src, tgt = tokens(SRC_LEN, 2, seed=1), tokens(TGT_LEN, 1, seed=2)
+    outputs = []
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        outputs.append(run(model, src, tgt))
+    assert torch.equal(outputs[0], outputs[1])
+    assert not torch.allclose(outputs[0], outputs[2])  # dropout really is on
+
+
+# --- parameter counts (§3.1–3.5, Table 3) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"n_layers": 1},
+        {"n_layers": 3},
+        {"d_k": 4, "d_v": 12},
+        {"n_heads": 2, "d_k": 16, "d_v": 8},
+        {"share_embeddings": False, "src_vocab_size": 19, "tgt_vocab_size": 29},
+        {"positional": "learned"},
+        {"norm_position": "pre"},
+        {"norm_position": "pre", "positional": "learned", "share_embeddings": False, "n_layers": 3},
+    ],
+    ids=["small", "N=1", "N=3", "d_k!=d_v", "h=2", "unshared", "learned", "pre_ln", "mixed"],
+)
+def test_count_parameters_matches_the_formula(overrides):
+    config = small_config(**overrides)
+    assert count_parameters(make_model(config)) == config_parameter_count(config)
+
+
+def test_count_parameters_counts_tied_weights_once():
+    model = make_model(small_config())
+    every_use = sum(p.numel() for p in model.state_dict().values())
+    # state_dict lists the tied matrix under src_embed, tgt_embed and generator: twice too many.
+    assert every_use - count_parameters(model) == 2 * 23 * 32
+
+
+def _millions(overrides: dict) -> float:
+    return config_parameter_count(TransformerConfig(**overrides)) / 1e6
+
+
+@pytest.mark.parametrize(
+    "row",
+    [name for name in TABLE3_ROWS if name.startswith(("(B)", "(C) N=", "(C) d_ff"))],
+)
+def test_table3_differences_from_base_match_the_paper(row):
+    """Rows that change only non-embedding sizes: our change from base is the paper's, to its
+    rounding (each count is rounded to the nearest million, so differences agree within 1M)."""
+    overrides, paper = TABLE3_ROWS[row]
+    base_overrides, paper_base = TABLE3_ROWS["base"]
+    ours = _millions(overrides) - _millions(base_overrides)
+    assert abs(ours - (paper - paper_base)) <= 1.0, (row, ours, paper - paper_base)
+
+
+@pytest.mark.parametrize("row", [name for name in TABLE3_ROWS if name.startswith("(A)")])
+def test_table3_rows_a_have_exactly_the_base_count(row):
+    overrides, _ = TABLE3_ROWS[row]
+    assert config_parameter_count(TransformerConfig(**overrides)) == config_parameter_count(
+        TransformerConfig()
+    )

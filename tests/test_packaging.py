@@ -1,0 +1,344 @@
+"""Packaging checks: the notebooks, the generated package, the wheel and the environment files agree.
+
+- annotated_transformer/ is exactly what `nbdev-export` makes from book/*.ipynb;
+- environment.yml's pip requirements are pyproject.toml's dependencies plus the [dev] extra;
+- `import annotated_transformer` has no side effects, and the public API is at the package root;
+- every committed notebook is executed, error-free, starts as the book expects, and is in the book;
+- a wheel builds and works when installed on its own, away from this checkout.
+"""
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest itself depends on tomli there
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "book"
+PACKAGE = ROOT / "annotated_transformer"
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+BIN = Path(sys.executable).parent
+
+PUBLIC_API = [
+    "make_model",
+    "TransformerConfig",
+    "Transformer",
+    "MultiHeadAttention",
+    "attention",
+    "subsequent_mask",
+    "padding_mask",
+    "target_mask",
+    "PositionalEncoding",
+    "Embeddings",
+    "Generator",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "SublayerConnection",
+    "PositionwiseFeedForward",
+    "LearnedPositionalEmbedding",
+    "count_parameters",
+]
+
+# The first code cell of every chapter (see .authoring/CONTEXT.md): it makes the notebook run on Colab.
+COLAB_SETUP_CELL = """\
+# On Colab, or anywhere the package is not installed, install it from the repository.
+# Everywhere else this cell does nothing.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("annotated_transformer") is None:
+    url = "git+https://github.com/annotated-transformer/annotated-transformer"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", url], check=True)"""
+
+EXPORT_HINT = "edit the notebook in book/, then run `make export` (never edit annotated_transformer/ by hand)"
+
+
+def run(
+    args: list[str], cwd: Path, env: dict | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def tool(name: str) -> str:
+    """A console script of this environment (next to its python), else the one on PATH."""
+    path = BIN / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} not found next to {sys.executable} nor on PATH: run `make setup`")
+    return found
+
+
+def normalized(requirement: str) -> str:
+    req = Requirement(requirement)
+    specifier = ",".join(sorted(str(s) for s in req.specifier))
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    marker = f"; {req.marker}" if req.marker else ""
+    return f"{canonicalize_name(req.name)}{extras}{specifier}{marker}"
+
+
+def package_files(directory: Path) -> dict[str, str]:
+    return {
+        path.relative_to(directory).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def code_cells(notebook: dict) -> list[dict]:
+    return [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+
+
+def source(cell: dict) -> str:
+    text = cell["source"]
+    return "".join(text) if isinstance(text, list) else text
+
+
+def load_notebook(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        pytest.fail(f"{path.relative_to(ROOT)} is not valid JSON: {error}")
+
+
+# --- environment files ---------------------------------------------------------------------------
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    expected = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
+    assert "conda-forge" in environment["channels"]
+    conda = [dep for dep in environment["dependencies"] if isinstance(dep, str)]
+    assert "pip" in conda and any(dep.replace(" ", "").startswith("python>=3.10") for dep in conda), conda
+    pip_sections = [
+        dep["pip"] for dep in environment["dependencies"] if isinstance(dep, dict) and "pip" in dep
+    ]
+    assert len(pip_sections) == 1, "environment.yml needs exactly one `pip:` list"
+    # Lines starting with "-" are pip options (`-e .` installs this package), not requirements.
+    pip = [line for line in pip_sections[0] if not line.startswith("-")]
+
+    ours, theirs = sorted(map(normalized, pip)), sorted(map(normalized, expected))
+    assert ours == theirs, (
+        "environment.yml's pip requirements must be pyproject.toml's [project] dependencies plus the "
+        f"[dev] extra.\n  only in environment.yml: {sorted(set(ours) - set(theirs))}\n"
+        f"  only in pyproject.toml:  {sorted(set(theirs) - set(ours))}"
+    )
+    assert len(pip) == len(set(ours)), "environment.yml lists a requirement twice"
+
+
+# --- the package is generated from the notebooks ------------------------------------------------
+
+
+def test_package_is_in_sync_with_notebooks(tmp_path):
+    shutil.copytree(BOOK, tmp_path / "book", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    # Export into an empty package folder, so that a module no notebook exports any more shows up.
+    (tmp_path / "annotated_transformer").mkdir()
+    result = run([tool("nbdev-export")], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, f"nbdev-export failed:\n{result.stdout}\n{result.stderr}"
+
+    committed = package_files(PACKAGE)
+    exported = package_files(tmp_path / "annotated_transformer")
+    differ = sorted(name for name in committed.keys() & exported.keys() if committed[name] != exported[name])
+    missing = sorted(exported.keys() - committed.keys())
+    stale = sorted(committed.keys() - exported.keys())
+    problems = []
+    if differ:
+        problems.append(f"differ from the notebooks' export: {differ}")
+    if missing:
+        problems.append(f"exported by a notebook but missing from annotated_transformer/: {missing}")
+    if stale:
+        problems.append(f"in annotated_transformer/ but exported by no notebook (delete them?): {stale}")
+    assert not problems, "annotated_transformer/ is out of step with book/:\n  " + "\n  ".join(
+        [*problems, f"hint: {EXPORT_HINT}"]
+    )
+
+
+# --- the package's import and public API --------------------------------------------------------
+
+
+def test_import_has_no_side_effects(tmp_path):
+    # A fresh interpreter, outside the repository: the import prints nothing and pulls in no plotting.
+    code = "import sys, annotated_transformer\nsys.exit(3 if 'matplotlib' in sys.modules else 0)"
+    result = run([sys.executable, "-c", code], cwd=tmp_path, timeout=120)
+    assert result.returncode != 3, (
+        "`import annotated_transformer` imports matplotlib: keep plotting in the notebooks"
+    )
+    assert result.returncode == 0, f"`import annotated_transformer` failed:\n{result.stderr}"
+    assert result.stdout == "", f"`import annotated_transformer` printed to stdout:\n{result.stdout}"
+    assert result.stderr == "", f"`import annotated_transformer` printed to stderr:\n{result.stderr}"
+
+
+def test_public_api_at_package_root():
+    import annotated_transformer
+
+    missing = [name for name in PUBLIC_API if not hasattr(annotated_transformer, name)]
+    assert not missing, f"not importable from annotated_transformer: {missing}"
+    unlisted = [name for name in PUBLIC_API if name not in annotated_transformer.__all__]
+    assert not unlisted, f"missing from annotated_transformer.__all__: {unlisted}"
+    undefined = [name for name in annotated_transformer.__all__ if not hasattr(annotated_transformer, name)]
+    assert not undefined, f"in __all__ but not defined: {undefined}"
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", annotated_transformer.__version__)
+
+
+# --- the committed notebooks ----------------------------------------------------------------------
+
+
+def test_there_are_chapters():
+    assert len(NOTEBOOKS) >= 5, [path.name for path in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_notebook_is_valid_and_executed(path):
+    notebook = load_notebook(path)
+    nbformat.validate(nbformat.from_dict(notebook))
+    cells = [cell for cell in code_cells(notebook) if source(cell).strip()]
+    assert cells, f"{path.name} has no code"
+
+    unexecuted = [i for i, cell in enumerate(cells) if cell.get("execution_count") is None]
+    assert not unexecuted, (
+        f"{path.name}: code cells {unexecuted} (counting non-empty code cells from 0) have not been "
+        "executed: run `make notebooks` (or tools/execute_notebooks.py on this notebook)"
+    )
+    counts = [cell["execution_count"] for cell in cells]
+    assert all(a < b for a, b in itertools.pairwise(counts)), (
+        f"{path.name}: execution counts {counts} are not increasing: the notebook was run out of "
+        "order; re-run it from the top with `make notebooks`"
+    )
+    errors = [
+        (i, output.get("ename"))
+        for i, cell in enumerate(cells)
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "error"
+    ]
+    assert not errors, f"{path.name}: code cells with error outputs (index, exception): {errors}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_notebook_starts_as_a_chapter(path):
+    notebook = load_notebook(path)
+    markdown = [cell for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
+    assert markdown, f"{path.name} has no markdown cell"
+    assert "§" in source(markdown[0]), (
+        f"{path.name}: the first markdown cell (title and summary) must cite the paper's section (§...)"
+    )
+    first = code_cells(notebook)[0]
+    assert source(first).strip() == COLAB_SETUP_CELL, (
+        f"{path.name}: the first code cell must be the Colab set-up cell (see .authoring/CONTEXT.md), "
+        f"found:\n{source(first)}"
+    )
+    assert "hide-input" in first.get("metadata", {}).get("tags", []), (
+        f"{path.name}: tag the Colab set-up cell `hide-input`"
+    )
+
+
+def test_every_notebook_is_in_the_book_and_readme():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]] + [
+        chapter["file"] for part in toc.get("parts", []) for chapter in part.get("chapters", [])
+    ]
+    in_toc = sorted(str(Path(file).with_suffix("")) for file in files)
+    on_disk = sorted(str(path.relative_to(ROOT).with_suffix("")) for path in NOTEBOOKS)
+    assert in_toc == on_disk, f"_toc.yml lists {in_toc}, book/ has {on_disk}"
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    colab = "https://colab.research.google.com/github/annotated-transformer/annotated-transformer/blob/main/"
+    unlinked = [path.name for path in NOTEBOOKS if f"{colab}book/{path.name}" not in readme]
+    assert not unlinked, f"README.md has no 'Open in Colab' link for {unlinked}"
+
+
+# --- the wheel ----------------------------------------------------------------------------------
+
+
+def test_wheel_builds_and_works_on_its_own(tmp_path):
+    # Build from a copy of exactly what the wheel needs, so the checkout gets no build/ or egg-info.
+    source_tree = tmp_path / "src"
+    source_tree.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source_tree / name)
+    shutil.copytree(PACKAGE, source_tree / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ".",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(wheels),
+        ],
+        cwd=source_tree,
+    )
+    assert result.returncode == 0, f"building the wheel failed:\n{result.stdout}\n{result.stderr}"
+    (wheel,) = wheels.glob("annotated_transformer-*.whl")
+
+    import annotated_transformer
+
+    assert wheel.name.startswith(f"annotated_transformer-{annotated_transformer.__version__}-")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    modules = sorted(name for name in names if not name.split("/")[0].endswith(".dist-info"))
+    expected = sorted(f"annotated_transformer/{name}" for name in package_files(PACKAGE))
+    assert modules == expected, f"the wheel holds {modules}, the package is {expected}"
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), names
+
+    target = tmp_path / "site"
+    result = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, f"installing the wheel failed:\n{result.stdout}\n{result.stderr}"
+
+    code = (
+        "import annotated_transformer\n"
+        "from annotated_transformer import make_model, count_parameters\n"
+        "print(annotated_transformer.__file__)\n"
+        "print(count_parameters(make_model()))\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    result = run([sys.executable, "-c", code], cwd=elsewhere, env=env, timeout=120)
+    assert result.returncode == 0, f"the installed wheel does not work:\n{result.stderr}"
+    location, parameters = result.stdout.split()
+    assert Path(location).resolve().is_relative_to(target.resolve()), (
+        f"imported {location}, not the wheel installed in {target}"
+    )
+    assert int(parameters) > 0
