@@ -124,4 +124,6 @@ d = { 'settings': { 'branch': 'main',
                                                             'annotated_transformer.multi_head_attention.MultiHeadAttention._split_heads': ( 'multi_head_attention.html#multiheadattention._split_heads',
                                                                                                                                             'annotated_transformer/multi_head_attention.py'),
                                                             'annotated_transformer.multi_head_attention.MultiHeadAttention.forward': ( 'multi_head_attention.html#multiheadattention.forward',
-                                                                                                                                       'annotated_transformer/multi_head_attention.py')}}}
+                                                                                                                                       'annotated_transformer/multi_head_attention.py'),
+                                                            'annotated_transformer.multi_head_attention.head_dims': ( 'multi_head_attention.html#head_dims',
+                                                                                                                      'annotated_transformer/multi_head_attention.py')}}}

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .layers import Embeddings, Generator, PositionwiseFeedForward
 from .layers import LearnedPositionalEmbedding, PositionalEncoding
-from .multi_head_attention import MultiHeadAttention
+from .multi_head_attention import MultiHeadAttention, head_dims
 
 # %% ../book/05_model.ipynb #88f1fbff
 @dataclass(frozen=True)
@@ -45,18 +45,10 @@ class TransformerConfig:
         for name in ("src_vocab_size", "tgt_vocab_size", "n_layers", "d_model", "d_ff", "n_heads", "max_len"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("d_k", "d_v"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
-        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: each head "
-                f"gets d_model / n_heads dimensions, so choose n_heads dividing d_model "
-                f"(or give d_k and d_v explicitly)"
-            )
+        head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)  # raises on impossible head sizes
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.norm_position not in ("post", "pre"):
@@ -245,8 +237,7 @@ def count_parameters(model: nn.Module) -> int:
 def config_parameter_count(config: TransformerConfig) -> int:
     """Count the parameters `make_model(config)` would have, by formula (§3.1–3.5)."""
     d, h = config.d_model, config.n_heads
-    d_k = config.d_k if config.d_k is not None else d // h
-    d_v = config.d_v if config.d_v is not None else d // h
+    d_k, d_v = head_dims(d, h, config.d_k, config.d_v)
     attention = 2 * (d * h * d_k + h * d_k) + (d * h * d_v + h * d_v) + (h * d_v * d + d)
     feed_forward = (d * config.d_ff + config.d_ff) + (config.d_ff * d + d)
     layer_norm = 2 * d
