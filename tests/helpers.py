@@ -68,28 +68,25 @@ def copy_layer_norm(ours: nn.LayerNorm, theirs: nn.LayerNorm) -> None:
     _copy_linear_or_norm(ours, theirs)
 
 
+def _torch_layer_kwargs(config: TransformerConfig) -> dict:
+    """PyTorch layer arguments for the same sizes as `config`, dropout off."""
+    return {
+        "d_model": config.d_model,
+        "nhead": config.n_heads,
+        "dim_feedforward": config.d_ff,
+        "dropout": 0.0,
+        "batch_first": True,
+        "norm_first": config.norm_position == "pre",
+        "layer_norm_eps": config.layer_norm_eps,
+    }
+
+
 def torch_encoder_layer(config: TransformerConfig) -> nn.TransformerEncoderLayer:
-    return nn.TransformerEncoderLayer(
-        config.d_model,
-        config.n_heads,
-        config.d_ff,
-        dropout=0.0,
-        batch_first=True,
-        norm_first=config.norm_position == "pre",
-        layer_norm_eps=config.layer_norm_eps,
-    )
+    return nn.TransformerEncoderLayer(**_torch_layer_kwargs(config))
 
 
 def torch_decoder_layer(config: TransformerConfig) -> nn.TransformerDecoderLayer:
-    return nn.TransformerDecoderLayer(
-        config.d_model,
-        config.n_heads,
-        config.d_ff,
-        dropout=0.0,
-        batch_first=True,
-        norm_first=config.norm_position == "pre",
-        layer_norm_eps=config.layer_norm_eps,
-    )
+    return nn.TransformerDecoderLayer(**_torch_layer_kwargs(config))
 
 
 def torch_key_padding(mask: Tensor) -> Tensor:
