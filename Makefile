@@ -18,16 +18,17 @@ PIP_FLAGS := $(if $(CI),--progress-bar off,)
 # The book: warnings are errors (-W), missing references too (-n); --all re-reads every page, so that
 # a warning in a page unchanged since the last build is not skipped.
 BOOK_FLAGS := -W -n --keep-going --all
-LINT_PATHS := book annotated_transformer tests tools
+LINT_PATHS := book annotated_transformer tests tools benchmarks
 
 .DEFAULT_GOAL := help
-.PHONY: help setup main test lint unit nbval book export notebooks clean distclean
+.PHONY: help setup main test lint unit nbval book bench export notebooks clean distclean
 
 help:
 	@echo "make main       set up .venv if needed, then run the main job (tools/main_job.py)"
 	@echo "make test       set up, then ruff, unit tests, nbval over every notebook, the book build (-W)"
 	@echo "make setup      create .venv (python3) and install torch==$(TORCH_VERSION) and the package [dev]"
 	@echo "make book       build the Jupyter Book into _build/html (warnings are errors)"
+	@echo "make bench      run the speed benchmarks (benchmarks/run_all.py; minutes, prints a table)"
 	@echo "make export     regenerate annotated_transformer/ from the notebooks in book/ (nbdev-export)"
 	@echo "make notebooks  export, then re-execute every notebook in place (fresh committed outputs)"
 	@echo "make clean      remove build outputs and caches (make distclean also removes .venv)"
@@ -70,11 +71,18 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest tests -q
 
+# The notebooks run in quick mode (ANNOTATED_TRANSFORMER_QUICK=1): training shrinks to seconds.
+# Only outputs that do not depend on it are compared (cells tagged nbval-check-output).
 nbval: setup
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env book/ -q
+	ANNOTATED_TRANSFORMER_QUICK=1 $(BIN)/python -m pytest --nbval-lax --nbval-current-env book/ -q
 
 book: setup
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+
+# --- benchmarks (speed goals live here, never in the tests) -------------------------------------
+
+bench: setup
+	cd benchmarks && ../$(BIN)/python run_all.py
 
 # --- authoring ----------------------------------------------------------------------------------
 # The notebooks in book/ are the source; annotated_transformer/ is generated from them.

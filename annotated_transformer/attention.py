@@ -73,7 +73,10 @@ def attention(
 # %% ../book/02_attention.ipynb #8839297b
 def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     """Bool mask (1, size, size): position i may attend to positions j ≤ i (paper §3.2.3)."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril().unsqueeze(0)
+    positions = torch.arange(size, device=device)
+    # Row i, column j: True when j <= i. (A comparison of two aranges; `torch.ones(...).tril()`
+    # computes the same mask but takes milliseconds on some CPU builds, once per batch.)
+    return (positions.unsqueeze(0) <= positions.unsqueeze(1)).unsqueeze(0)
 
 # %% ../book/02_attention.ipynb #80f88a29
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:

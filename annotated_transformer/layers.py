@@ -86,11 +86,14 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     return table.float()
 
 # %% ../book/04_layers.ipynb #55350cce
-def check_length(length: int, max_len: int) -> None:
-    """Raise a clear error when a sequence is longer than the positional table."""
-    if length > max_len:
+def check_length(length: int, max_len: int, offset: int = 0) -> None:
+    """Raise a clear error when positions offset … offset + length - 1 do not fit the table."""
+    if offset < 0:
+        raise ValueError(f"the position offset must be 0 or more, got {offset}")
+    if offset + length > max_len:
+        start = f" starting at position {offset}" if offset else ""
         raise ValueError(
-            f"sequence of length {length} is longer than the positional encoding table "
+            f"sequence of length {length}{start} is longer than the positional encoding table "
             f"(max_len={max_len}); build the model with a larger max_len or shorten the input"
         )
 
@@ -106,10 +109,10 @@ class PositionalEncoding(nn.Module):
         # left out of the state dict because it can always be recomputed.
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (batch, len, d_model) embeddings."""
-        check_length(x.size(1), self.max_len)
-        return self.dropout(x + self.pe[: x.size(1)])
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: (batch, len, d_model) embeddings of the positions offset, …, offset + len - 1."""
+        check_length(x.size(1), self.max_len, offset)
+        return self.dropout(x + self.pe[offset : offset + x.size(1)])
 
 # %% ../book/04_layers.ipynb #9302156f
 class LearnedPositionalEmbedding(nn.Module):
@@ -121,7 +124,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.table = nn.Embedding(max_len, d_model)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (batch, len, d_model) embeddings."""
-        check_length(x.size(1), self.max_len)
-        return self.dropout(x + self.table.weight[: x.size(1)])
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: (batch, len, d_model) embeddings of the positions offset, …, offset + len - 1."""
+        check_length(x.size(1), self.max_len, offset)
+        return self.dropout(x + self.table.weight[offset : offset + x.size(1)])

@@ -6,18 +6,20 @@ parameter counts of the paper's base, big and Table 3 configurations."""
 
 # %% auto #0
 __all__ = ['TABLE3_ROWS', 'TransformerConfig', 'SublayerConnection', 'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder',
-           'Transformer', 'make_model', 'count_parameters', 'config_parameter_count', 'parameter_table']
+           'Transformer', 'make_model', 'count_parameters', 'DecoderCache', 'config_parameter_count', 'parameter_table']
 
 # %% ../book/05_model.ipynb #1266beea
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 
+from .attention import subsequent_mask
 from .layers import Embeddings, Generator, PositionwiseFeedForward
 from .layers import LearnedPositionalEmbedding, PositionalEncoding
-from .multi_head_attention import MultiHeadAttention, head_dims
+from .multi_head_attention import KVCache, MultiHeadAttention, head_dims
 
 # %% ../book/05_model.ipynb #88f1fbff
 @dataclass(frozen=True)
@@ -125,10 +127,19 @@ class DecoderLayer(nn.Module):
         self.feed_forward = PositionwiseFeedForward(config.d_model, config.d_ff, config.ffn_dropout)
         self.sublayers = nn.ModuleList([_sublayer(config) for _ in range(3)])
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None) -> Tensor:
-        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        self_cache: KVCache | None = None,
+        src_cache: KVCache | None = None,
+    ) -> Tensor:
+        """The caches (incremental decoding, see `DecoderCache`) are optional."""
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, self_cache))
         # Queries come from the decoder, keys and values from the encoder output ("memory").
-        x = self.sublayers[1](x, lambda x: self.src_attn(x, memory, memory, src_mask))
+        x = self.sublayers[1](x, lambda x: self.src_attn(x, memory, memory, src_mask, src_cache))
         return self.sublayers[2](x, self.feed_forward)
 
 # %% ../book/05_model.ipynb #76697116
@@ -162,9 +173,19 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.n_layers)])
         self.norm = _final_norm(config)
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None) -> Tensor:
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: "DecoderCache | None" = None,
+    ) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            if cache is None:
+                x = layer(x, memory, src_mask, tgt_mask)
+            else:
+                x = layer(x, memory, src_mask, tgt_mask, cache.self_attn[i], cache.src_attn[i])
         return self.norm(x)
 
 # %% ../book/05_model.ipynb #1187a750
@@ -218,6 +239,35 @@ class Transformer(nn.Module):
         """Logits (batch, tgt_len, tgt_vocab_size) for the next token at every target position."""
         return self.generator(self.decode(self.encode(src, src_mask), src_mask, tgt, tgt_mask))
 
+    def init_cache(self) -> "DecoderCache":
+        """An empty key/value cache for `decode_step`."""
+        return DecoderCache.empty(self.config.n_layers)
+
+    def decode_step(
+        self, memory: Tensor, src_mask: Tensor | None, tgt: Tensor, cache: "DecoderCache | None" = None
+    ) -> Tensor:
+        """Logits (batch, tgt_vocab_size) for the token that follows the prefix tgt (batch, t).
+
+        Without a cache, the decoder runs over the whole prefix again. With a cache (from
+        `init_cache()`), it runs only the positions tgt[:, cache.length:] the cache does not hold
+        yet, reusing the keys and values of the others, and adds the new ones to the cache.
+        """
+        if cache is None:
+            causal = subsequent_mask(tgt.size(1), device=tgt.device)
+            return self.generator(self.decode(memory, src_mask, tgt, causal)[:, -1])
+        offset, new = cache.length, tgt[:, cache.length :]
+        if new.size(1) == 0:
+            raise ValueError(
+                f"the cache already holds all {offset} positions of tgt: append the next token to tgt "
+                f"before calling decode_step again"
+            )
+        causal = None  # a single new position may see every position before it
+        if new.size(1) > 1:  # new position i (absolute offset + i) sees positions 0 … offset + i
+            causal = torch.ones(new.size(1), offset + new.size(1), dtype=torch.bool, device=tgt.device)
+            causal = causal.tril(diagonal=offset).unsqueeze(0)
+        x = self.tgt_pos(self.tgt_embed(new), offset)
+        return self.generator(self.decoder(x, memory, src_mask, causal, cache)[:, -1])
+
 # %% ../book/05_model.ipynb #9d769620
 def make_model(config: TransformerConfig | None = None, **overrides) -> Transformer:
     """Build a Transformer: the paper's base model by default, with any config field overridden.
@@ -232,6 +282,34 @@ def make_model(config: TransformerConfig | None = None, **overrides) -> Transfor
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters, each shared (tied) matrix counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+# %% ../book/05_model.ipynb #27565ecd
+@dataclass
+class DecoderCache:
+    """Every decoder layer's projected keys and values, kept between decoding steps."""
+
+    self_attn: list[KVCache]  # per layer: the target positions so far (one more after each step)
+    src_attn: list[KVCache]  # per layer: the memory, projected at the first step
+
+    @classmethod
+    def empty(cls, n_layers: int) -> "DecoderCache":
+        return cls([KVCache() for _ in range(n_layers)], [KVCache(static=True) for _ in range(n_layers)])
+
+    @property
+    def length(self) -> int:
+        """The number of target positions held: the position of the next token."""
+        return len(self.self_attn[0]) if self.self_attn else 0
+
+    def select(self, indices: Tensor) -> "DecoderCache":
+        """A new cache holding the batch rows `indices` (in that order; rows may repeat)."""
+        self_attn = [cache.select(indices) for cache in self.self_attn]
+        return DecoderCache(self_attn, [cache.select(indices) for cache in self.src_attn])
+
+    def reorder_(self, indices: Tensor) -> None:
+        """In place: row i continues old row indices[i], which must have the same source sentence
+        (beam search), so the memory's keys and values stay as they are."""
+        for cache in self.self_attn:
+            cache.reorder_(indices)
 
 # %% ../book/05_model.ipynb #b652648b
 def config_parameter_count(config: TransformerConfig) -> int:

@@ -35,6 +35,21 @@ NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 BIN = Path(sys.executable).parent
 
 PUBLIC_API = [
+    # §5 and §6.1: training and decoding
+    "Batch",
+    "make_batch",
+    "batch_by_tokens",
+    "make_optimizer",
+    "LabelSmoothingLoss",
+    "Trainer",
+    "TrainConfig",
+    "save_checkpoint",
+    "load_checkpoint",
+    "train_copy_task",
+    "greedy_decode",
+    "beam_search",
+    "average_checkpoints",
+    # §3: the model
     "make_model",
     "TransformerConfig",
     "Transformer",

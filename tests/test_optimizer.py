@@ -1,0 +1,149 @@
+"""Adam and the learning-rate schedule of §5.3."""
+
+import pytest
+import torch
+from torch import nn
+
+from annotated_transformer.batching import copy_task, make_batch
+from annotated_transformer.model import make_model
+from annotated_transformer.optimizer import make_optimizer, rate
+from annotated_transformer.regularization import token_nll
+
+
+def formula(step, d_model, warmup, factor=1.0):
+    """Equation (3) of §5.3, written out independently of the library."""
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("step", [1, 2, 100, 3999, 4000, 4001, 10_000, 100_000])
+def test_rate_equals_the_formula(step):
+    assert rate(step) == formula(step, 512, 4000)
+    assert rate(step, d_model=1024, warmup=2000, factor=2.0) == formula(step, 1024, 2000, 2.0)
+
+
+def test_rate_known_values():
+    # at the peak, step = warmup: d_model^-0.5 * warmup^-0.5
+    assert rate(4000) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-12)
+    assert rate(4000) == pytest.approx(6.988e-4, abs=1e-7)
+    assert rate(1) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    # after the warmup the rate falls as 1/sqrt(step): four times the steps, half the rate
+    assert rate(16_000) == pytest.approx(rate(4000) / 2, rel=1e-12)
+
+
+def test_rate_rises_linearly_then_peaks_at_warmup():
+    for warmup in (1, 10, 4000):
+        steps = range(1, 3 * warmup + 2)
+        rates = [rate(s, warmup=warmup) for s in steps]
+        assert max(range(len(rates)), key=rates.__getitem__) + 1 == warmup
+    assert rate(2000) == pytest.approx(2 * rate(1000), rel=1e-12)  # linear warmup
+    assert all(rate(s) < rate(s + 1) for s in range(1, 4000))
+    assert all(rate(s) > rate(s + 1) for s in range(4000, 8000))
+
+
+def test_rate_errors():
+    with pytest.raises(ValueError, match="step counts optimizer steps from 1, got 0"):
+        rate(0)
+    with pytest.raises(ValueError, match="warmup must be at least 1 step, got 0"):
+        rate(1, warmup=0)
+    with pytest.raises(ValueError, match="d_model must be a positive integer, got 0"):
+        rate(1, d_model=0)
+
+
+def small_model(**overrides):
+    sizes = {"src_vocab_size": 20, "tgt_vocab_size": 20, "n_layers": 1, "d_model": 16, "d_ff": 32}
+    sizes["n_heads"] = 2
+    return make_model(**{**sizes, **overrides})
+
+
+def test_make_optimizer_adam_hyper_parameters():
+    model = small_model()
+    optimizer, scheduler = make_optimizer(model)
+    assert isinstance(optimizer, torch.optim.Adam)
+    assert isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR)
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98)
+    assert group["eps"] == 1e-9
+    assert group["weight_decay"] == 0
+    # every parameter once: the tied embedding / generator matrix is not listed twice
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    assert len(params) == len({id(p) for p in params}) == len(list(model.parameters()))
+
+
+@pytest.mark.parametrize("warmup,factor", [(5, 1.0), (3, 2.0)])
+def test_make_optimizer_lr_of_step_n_is_rate_n(warmup, factor):
+    torch.manual_seed(0)
+    model = small_model()
+    optimizer, scheduler = make_optimizer(model, warmup=warmup, factor=factor)
+    used = []
+    for _ in range(12):
+        used.append(optimizer.param_groups[0]["lr"])  # the rate this optimizer step will use
+        model.zero_grad()
+        model.generator.proj.weight.sum().backward()
+        optimizer.step()
+        scheduler.step()
+    assert used == [rate(n, d_model=16, warmup=warmup, factor=factor) for n in range(1, 13)]
+    assert scheduler.get_last_lr() == [rate(13, d_model=16, warmup=warmup, factor=factor)]
+
+
+def test_make_optimizer_d_model_from_the_argument_or_the_config():
+    model = small_model()
+    optimizer, _ = make_optimizer(model, d_model=512, warmup=4000)
+    assert optimizer.param_groups[0]["lr"] == rate(1, 512, 4000)
+    optimizer, _ = make_optimizer(model, warmup=4000)
+    assert optimizer.param_groups[0]["lr"] == rate(1, 16, 4000)
+    with pytest.raises(ValueError, match="make_optimizer needs d_model"):
+        make_optimizer(nn.Linear(3, 3))
+    optimizer, _ = make_optimizer(nn.Linear(3, 3), d_model=3)
+    assert optimizer.param_groups[0]["lr"] == rate(1, 3)
+    with pytest.raises(ValueError, match="warmup must be at least 1 step"):
+        make_optimizer(model, warmup=0)
+
+
+def test_scheduler_state_round_trip():
+    model = small_model()
+    optimizer, scheduler = make_optimizer(model, warmup=7)
+    for _ in range(5):
+        optimizer.step()
+        scheduler.step()
+    state = scheduler.state_dict()
+    assert state["lr_lambdas"] == [{"d_model": 16, "warmup": 7, "factor": 1.0}]
+    new_optimizer, new_scheduler = make_optimizer(model, warmup=7)
+    new_optimizer.load_state_dict(optimizer.state_dict())
+    new_scheduler.load_state_dict(state)
+    assert new_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"] == rate(6, 16, 7)
+    new_optimizer.step()
+    new_scheduler.step()
+    assert new_optimizer.param_groups[0]["lr"] == rate(7, 16, 7)
+
+
+
+def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch():
+    """Sum-loss of every micro-batch / tokens of the WHOLE batch: the big batch's gradient exactly;
+    the mean over each micro-batch's own tokens is not, when their token counts differ."""
+    pairs = copy_task(6, min_len=2, max_len=9, seed=3)
+    parts = [pairs[:2], pairs[2:]]
+    n_tokens = make_batch(pairs).n_tokens
+    assert make_batch(parts[0]).n_tokens != make_batch(parts[1]).n_tokens
+    torch.manual_seed(0)
+    model = small_model(dropout=0.0).double()
+    optimizer, scheduler = make_optimizer(model, warmup=4)
+
+    def summed_nll(batch):
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        return token_nll(logits.double(), batch.tgt_out)
+
+    def gradient(micro_batches, normalize):
+        optimizer.zero_grad()
+        for part in micro_batches:
+            batch = make_batch(part)
+            (summed_nll(batch) / normalize(batch)).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    big = gradient([pairs], lambda b: n_tokens)
+    accumulated = gradient(parts, lambda b: n_tokens)
+    mean_of_means = gradient(parts, lambda b: b.n_tokens * len(parts))
+    torch.testing.assert_close(accumulated, big, atol=1e-6, rtol=1e-5)
+    assert (mean_of_means - big).abs().max() > 1e-3
+    optimizer.step()
+    scheduler.step()  # once per optimizer step, not once per micro-batch
+    assert optimizer.param_groups[0]["lr"] == rate(2, 16, 4)

@@ -1,0 +1,217 @@
+"""Label smoothing (§5.4) and the unsmoothed per-token cross-entropy."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from annotated_transformer.batching import PAD
+from annotated_transformer.regularization import (
+    LabelSmoothingLoss,
+    perplexity,
+    smoothed_distribution,
+    smoothed_loss_floor,
+    token_nll,
+)
+
+
+def random_problem(seed: int, vocab_size: int = 13, shape=(4, 9), n_pad: int = 7):
+    """Random logits (..., V) and targets (...) with some pad targets (and pad as a real class)."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = 3 * torch.randn(*shape, vocab_size, generator=generator)
+    target = torch.randint(0, vocab_size, shape, generator=generator)
+    flat = target.view(-1)
+    flat[torch.randperm(flat.numel(), generator=generator)[:n_pad]] = PAD
+    return logits, target
+
+
+def torch_reference(logits, target, smoothing, pad=PAD):
+    v = logits.size(-1)
+    return F.cross_entropy(
+        logits.reshape(-1, v).float(), target.reshape(-1), label_smoothing=smoothing,
+        ignore_index=-100 if pad is None else pad, reduction="sum",
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.4])
+def test_smooth_pad_equals_pytorch_cross_entropy(seed, smoothing):
+    logits, target = random_problem(seed)
+    loss = LabelSmoothingLoss(13, smoothing, pad=PAD, smooth_pad=True)(logits, target)
+    torch.testing.assert_close(loss, torch_reference(logits, target, smoothing), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pad_none_equals_pytorch_cross_entropy_without_ignore_index(seed):
+    logits, target = random_problem(seed)
+    loss = LabelSmoothingLoss(13, 0.1, pad=None)(logits, target)
+    torch.testing.assert_close(loss, torch_reference(logits, target, 0.1, pad=None), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_default_spreads_over_the_classes_other_than_pad(seed):
+    logits, target = random_problem(seed)
+    eps, v = 0.1, 13
+    loss = LabelSmoothingLoss(v, eps)(logits, target)
+    # by hand: q = (1 - eps) one-hot + eps / (V - 1) on every class except pad
+    log_p = logits.double().log_softmax(-1)
+    expected = 0.0
+    for lp, t in zip(log_p.view(-1, v), target.view(-1).tolist(), strict=True):
+        if t == PAD:
+            continue
+        q = torch.full((v,), eps / (v - 1), dtype=torch.float64)
+        q[PAD] = 0.0
+        q[t] += 1 - eps
+        assert math.isclose(q.sum().item(), 1.0)
+        expected -= (q * lp).sum().item()
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    reference = torch_reference(logits, target, eps)
+    assert abs(loss.item() - reference.item()) > 1e-3  # not PyTorch's definition
+
+
+def test_kl_divergence_form():
+    """The loss is KL(q || p) + H(q): the cross-entropy to q, whose floor is the entropy of q."""
+    logits, target = random_problem(0)
+    q = smoothed_distribution(target, 13, 0.1)
+    log_p = logits.log_softmax(-1)
+    kl = F.kl_div(log_p.view(-1, 13), q.view(-1, 13), reduction="sum")
+    entropy = -(q[q > 0] * q[q > 0].log()).sum()
+    loss = LabelSmoothingLoss(13, 0.1)(logits, target)
+    torch.testing.assert_close(loss, kl + entropy, atol=1e-4, rtol=1e-5)
+    n_tokens = int((target != PAD).sum())
+    assert entropy.item() == pytest.approx(n_tokens * smoothed_loss_floor(13, 0.1), rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_smoothing_is_the_plain_cross_entropy(seed):
+    logits, target = random_problem(seed)
+    reference = torch_reference(logits, target, 0.0)
+    for smooth_pad in (False, True):
+        loss = LabelSmoothingLoss(13, 0.0, smooth_pad=smooth_pad)(logits, target)
+        torch.testing.assert_close(loss, reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(token_nll(logits, target), reference, atol=1e-5, rtol=1e-5)
+
+
+def test_pad_positions_contribute_nothing_and_get_no_gradient():
+    logits, target = random_problem(1)
+    logits.requires_grad_(True)
+    is_pad = target == PAD
+    assert is_pad.any() and (~is_pad).any()
+    for smooth_pad in (False, True):
+        logits.grad = None
+        loss = LabelSmoothingLoss(13, 0.1, smooth_pad=smooth_pad)(logits, target)
+        loss.backward()
+        assert torch.equal(logits.grad[is_pad], torch.zeros_like(logits.grad[is_pad]))
+        assert logits.grad[~is_pad].abs().sum() > 0
+        changed = logits.detach().clone()
+        changed[is_pad] = 100 * torch.randn_like(changed[is_pad])
+        assert LabelSmoothingLoss(13, 0.1, smooth_pad=smooth_pad)(changed, target).item() == loss.item()
+    assert token_nll(logits, torch.full_like(target, PAD)).item() == 0.0
+
+
+def test_default_gives_no_gradient_toward_the_pad_class_beyond_softmax():
+    """With smooth_pad=False the target puts 0 on pad: d loss / d logit_pad = p_pad (pushes it down)."""
+    logits, target = random_problem(2)
+    logits.requires_grad_(True)
+    LabelSmoothingLoss(13, 0.1)(logits, target).backward()
+    real = target != PAD
+    p_pad = logits.detach().softmax(-1)[..., PAD][real]
+    torch.testing.assert_close(logits.grad[..., PAD][real], p_pad)
+
+
+def test_gradient_is_p_minus_q():
+    logits, target = random_problem(3)
+    logits.requires_grad_(True)
+    for smooth_pad in (False, True):
+        logits.grad = None
+        LabelSmoothingLoss(13, 0.2, smooth_pad=smooth_pad)(logits, target).backward()
+        q = smoothed_distribution(target, 13, 0.2, smooth_pad=smooth_pad)
+        real = (target != PAD).unsqueeze(-1)
+        expected = (logits.detach().softmax(-1) - q) * real
+        torch.testing.assert_close(logits.grad, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits_are_accepted_and_computed_in_float32(dtype):
+    logits, target = random_problem(4)
+    low = logits.to(dtype)
+    for loss_fn in (LabelSmoothingLoss(13, 0.1), lambda x, t: token_nll(x, t)):
+        loss = loss_fn(low, target)
+        assert loss.dtype == torch.float32
+        torch.testing.assert_close(loss, loss_fn(low.float(), target))
+    low.requires_grad_(True)
+    LabelSmoothingLoss(13, 0.1)(low, target).backward()
+    assert low.grad.dtype == dtype
+
+
+def test_smoothed_distribution():
+    target = torch.tensor([[3, 0, 1]])
+    q = smoothed_distribution(target, vocab_size=5, smoothing=0.2)
+    assert q.shape == (1, 3, 5)
+    torch.testing.assert_close(q[0, 0], torch.tensor([0.0, 0.05, 0.05, 0.85, 0.05]))
+    torch.testing.assert_close(q[0, 1], torch.zeros(5))  # a pad target: nothing to predict
+    q_all = smoothed_distribution(target, vocab_size=5, smoothing=0.2, smooth_pad=True)
+    torch.testing.assert_close(q_all[0, 2], torch.tensor([0.04, 0.84, 0.04, 0.04, 0.04]))
+    q_none = smoothed_distribution(target, vocab_size=5, smoothing=0.2, pad=None)
+    torch.testing.assert_close(q_none[0, 1], torch.tensor([0.84, 0.04, 0.04, 0.04, 0.04]))
+    torch.testing.assert_close(q_none.sum(-1), torch.ones(1, 3))
+
+
+def test_floor_and_perplexity():
+    k = 37000 - 1
+    p_true, p_other = 0.9 + 0.1 / k, 0.1 / k
+    expected = -p_true * math.log(p_true) - (k - 1) * p_other * math.log(p_other)
+    assert smoothed_loss_floor(37000, 0.1) == pytest.approx(expected, rel=1e-12)
+    assert smoothed_loss_floor(37000, 0.0) == 0.0
+    assert smoothed_loss_floor(37000, 0.1) > smoothed_loss_floor(100, 0.1) > 0
+    assert perplexity(0.0, 10) == 1.0
+    assert perplexity(torch.tensor(20.0), 10) == pytest.approx(math.exp(2.0))
+    with pytest.raises(ValueError, match="n_tokens must be at least 1"):
+        perplexity(1.0, 0)
+
+
+def test_the_smoothed_loss_is_minimal_at_q():
+    """Over all model distributions, the per-token loss is smallest when p equals q."""
+    target = torch.tensor([4])
+    loss_fn = LabelSmoothingLoss(6, 0.3)
+    q = smoothed_distribution(target, 6, 0.3)
+    at_q = loss_fn(torch.where(q > 0, q.log(), torch.tensor(-1e9)), target)
+    assert at_q.item() == pytest.approx(smoothed_loss_floor(6, 0.3), rel=1e-6)
+    confident = loss_fn(torch.tensor([[0.0, 0, 0, 0, 20, 0]]), target)
+    assert confident.item() > at_q.item() + 1
+
+
+def test_a_pad_log_probability_of_minus_infinity_is_harmless():
+    """A model may learn never to predict pad: with smooth_pad=False the loss stays finite."""
+    logits, target = random_problem(5)
+    logits[..., PAD] = float("-inf")
+    logits.requires_grad_(True)
+    loss = LabelSmoothingLoss(13, 0.1)(logits, target)
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(logits.grad).all()
+    with torch.no_grad():
+        finite = logits.clone()
+        finite[..., PAD] = -1e4  # practically the same distribution
+    torch.testing.assert_close(loss, LabelSmoothingLoss(13, 0.1)(finite, target))
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"smoothing must lie in \[0, 1\), got 1.0"):
+        LabelSmoothingLoss(10, smoothing=1.0)
+    with pytest.raises(ValueError, match=r"smoothing must lie in \[0, 1\), got -0.1"):
+        smoothed_distribution(torch.tensor([1]), 10, -0.1)
+    with pytest.raises(ValueError, match=r"pad must be an id in \[0, 10\)"):
+        LabelSmoothingLoss(10, pad=10)
+    loss_fn = LabelSmoothingLoss(10)
+    with pytest.raises(ValueError, match=r"target ids must lie in \[0, 10\), got ids from 1 to 10"):
+        loss_fn(torch.randn(2, 10), torch.tensor([1, 10]))
+    with pytest.raises(ValueError, match="target ids must lie"):
+        token_nll(torch.randn(2, 10), torch.tensor([-1, 3]))
+    with pytest.raises(ValueError, match=r"logits .* and target .* do not match"):
+        loss_fn(torch.randn(2, 3, 10), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="logits have 7 classes"):
+        loss_fn(torch.randn(2, 7), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="target must hold integer class ids"):
+        loss_fn(torch.randn(2, 10), torch.tensor([1.0, 2.0]))
