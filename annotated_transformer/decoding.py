@@ -239,11 +239,17 @@ def beam_search_hypotheses(
             fin_tokens = torch.cat([fin_tokens, new_tokens], dim=1)
             fin_tokens = fin_tokens.gather(1, best.unsqueeze(2).expand(a, k, limit))
             fin_logp, fin_len = all_logp.gather(1, best), all_len.gather(1, best)
-            # Done: at the maximum length, with k finished hypotheses, or when no live prefix can
-            # still beat the best finished one (log P only falls, lp only grows up to lp(max)).
-            bound = alive.max(dim=1).values / length_penalty(row_max.float(), alpha)
-            best_score = fin_score[:, 0]
-            done = at_max | (fin_score[:, -1] > -inf) | ((best_score > -inf) & (best_score >= bound))
+            # Done: at the maximum length; when no live prefix can still beat the best finished
+            # hypothesis (log P only falls, lp only grows up to lp(max)); or when k hypotheses
+            # have finished and the best live prefix, scored as it stands, is no better than the
+            # worst of them. (k finished alone is not enough: with a small vocabulary and label
+            # smoothing, k poor early EOS extensions can finish while a far better prefix lives.)
+            best_alive = alive.max(dim=1).values
+            bound = best_alive / length_penalty(row_max.float(), alpha)
+            best_score, worst_kept = fin_score[:, 0], fin_score[:, -1]
+            now = best_alive / length_penalty(float(step), alpha)
+            cannot_win = (best_score > -inf) & (best_score >= bound)
+            done = at_max | cannot_win | ((worst_kept > -inf) & (worst_kept >= now))
             if bool(done.any()):
                 finished = active[done]
                 out_tokens[finished], out_logp[finished], out_len[finished] = (
