@@ -23,6 +23,7 @@ from .attention import padding_mask
 from .batching import BOS, EOS, PAD
 from .model import Transformer, TransformerConfig
 from .training import CheckpointError, checkpoint_paths, read_checkpoint, save_checkpoint
+from .training import state_differences
 
 # %% ../book/10_decoding.ipynb #1291c6ce
 EXTRA_LENGTH = 50  # §6.1: the output may be at most 50 tokens longer than the input
@@ -304,18 +305,13 @@ def beam_search(
 def _same_model(path_a: Path, a: dict, path_b: Path, b: dict) -> None:
     """Raise a clear error unless two checkpoints hold the same configuration and parameter shapes."""
     problems = []
-    for name in sorted(set(a["config"]) | set(b["config"])):
-        value_a, value_b = a["config"].get(name), b["config"].get(name)
-        if value_a != value_b:
+    for kind, name, value_a, value_b in state_differences(a["config"], a["model"], b["config"], b["model"]):
+        if kind == "config":
             problems.append(f"config {name}: {value_a!r} in {path_a.name}, {value_b!r} in {path_b.name}")
-    for name in sorted(set(a["model"]) ^ set(b["model"])):
-        problems.append(f"parameter {name} only in {path_a.name if name in a['model'] else path_b.name}")
-    for name in sorted(set(a["model"]) & set(b["model"])):
-        if a["model"][name].shape != b["model"][name].shape:
-            shapes = tuple(a["model"][name].shape), tuple(b["model"][name].shape)
-            problems.append(
-                f"parameter {name}: shape {shapes[0]} in {path_a.name}, {shapes[1]} in {path_b.name}"
-            )
+        elif kind == "key":
+            problems.append(f"parameter {name} only in {path_a.name if value_a else path_b.name}")
+        else:
+            problems.append(f"parameter {name}: shape {value_a} in {path_a.name}, {value_b} in {path_b.name}")
     if len(problems) > 8:
         problems = [*problems[:8], f"... and {len(problems) - 8} more differences"]
     if problems:

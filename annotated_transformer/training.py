@@ -7,9 +7,9 @@ accumulation, mixed precision, atomic checkpoints that resume exactly, and the c
 # %% auto #0
 __all__ = ['QUICK_ENV', 'Precision', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'quick_mode', 'TrainConfig', 'default_device',
            'autocast_context', 'StepStats', 'Trainer', 'CheckpointError', 'unwrap_model', 'state_dict_sha256',
-           'rng_state', 'set_rng_state', 'atomic_save', 'save_checkpoint', 'read_checkpoint', 'checkpoint_mismatch',
-           'load_checkpoint', 'model_from_checkpoint', 'checkpoint_path', 'checkpoint_paths', 'evaluate',
-           'copy_task_config', 'CopyTaskReport', 'train_copy_task']
+           'rng_state', 'set_rng_state', 'atomic_save', 'save_checkpoint', 'read_checkpoint', 'state_differences',
+           'checkpoint_mismatch', 'load_checkpoint', 'model_from_checkpoint', 'checkpoint_path', 'checkpoint_paths',
+           'evaluate', 'copy_task_config', 'CopyTaskReport', 'train_copy_task']
 
 # %% ../book/09_training.ipynb #ef304db1
 import contextlib
@@ -387,26 +387,37 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return checkpoint
 
 # %% ../book/09_training.ipynb #1ffa7d57
+def state_differences(
+    config_a: dict, state_a: dict[str, Tensor], config_b: dict, state_b: dict[str, Tensor]
+) -> list[tuple[str, str, Any, Any]]:
+    """Where two models (configuration dicts and state dicts) differ, as (kind, name, a, b):
+    ("config", field, value_a, value_b), ("key", tensor name, in_a, in_b) for a tensor only one side
+    has, and ("shape", tensor name, shape_a, shape_b). Callers word the differences their way."""
+    differences = []
+    for name in sorted(set(config_a) | set(config_b)):
+        if config_a.get(name) != config_b.get(name):
+            differences.append(("config", name, config_a.get(name), config_b.get(name)))
+    for name in sorted(set(state_a) ^ set(state_b)):
+        differences.append(("key", name, name in state_a, name in state_b))
+    for name in sorted(set(state_a) & set(state_b)):
+        if state_a[name].shape != state_b[name].shape:
+            differences.append(("shape", name, tuple(state_a[name].shape), tuple(state_b[name].shape)))
+    return differences
+
+
 def checkpoint_mismatch(checkpoint: dict, model: nn.Module) -> list[str]:
-    """Every difference of keys and shapes between a checkpoint and a model ([] if it fits)."""
+    """Every difference of configuration, keys and shapes between a checkpoint and a model."""
     model = unwrap_model(model)
-    ours = model.state_dict()
-    theirs = checkpoint["model"]
-    problems = []
-    config = dataclasses.asdict(model.config)
-    for name in sorted(set(config) | set(checkpoint["config"])):
-        saved, current = checkpoint["config"].get(name), config.get(name)
-        if saved != current:
-            problems.append(f"config {name}: checkpoint {saved!r}, model {current!r}")
-    for what, names in (("missing from the checkpoint", set(ours) - set(theirs)),
-                        ("not in the model", set(theirs) - set(ours))):
+    differences = state_differences(
+        checkpoint["config"], checkpoint["model"], dataclasses.asdict(model.config), model.state_dict()
+    )
+    problems = [f"config {name}: checkpoint {a!r}, model {b!r}" for kind, name, a, b in differences
+                if kind == "config"]
+    for what, side in (("missing from the checkpoint", 3), ("not in the model", 2)):
+        names = [difference[1] for difference in differences if difference[0] == "key" and difference[side]]
         if names:
-            listed = sorted(names)
-            problems.append(f"{what}: {', '.join(listed[:5])}" + (" …" if len(listed) > 5 else ""))
-    for name in sorted(set(ours) & set(theirs)):
-        if ours[name].shape != theirs[name].shape:
-            shapes = tuple(theirs[name].shape), tuple(ours[name].shape)
-            problems.append(f"{name}: checkpoint {shapes[0]}, model {shapes[1]}")
+            problems.append(f"{what}: {', '.join(names[:5])}" + (" …" if len(names) > 5 else ""))
+    problems += [f"{name}: checkpoint {a}, model {b}" for kind, name, a, b in differences if kind == "shape"]
     return problems
 
 
