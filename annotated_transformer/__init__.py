@@ -14,7 +14,12 @@ __all__ = ['attention', 'padding_mask', 'subsequent_mask', 'target_mask', 'Multi
            'Trainer', 'evaluate', 'quick_mode', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint',
            'model_from_checkpoint', 'checkpoint_paths', 'CheckpointError', 'train_copy_task', 'greedy_decode',
            'beam_search', 'beam_search_hypotheses', 'Hypothesis', 'length_penalty', 'average_checkpoints',
-           'average_last_checkpoints']
+           'average_last_checkpoints', 'DataError', 'multi30k', 'builtin_corpus', 'corpus', 'SpacyTokenizer',
+           'detokenize', 'Vocab', 'build_vocab_from_iterator', 'BPE', 'TextEncoder', 'Vocabularies', 'VocabularyError',
+           'build_vocabularies', 'encode_pairs', 'cached_encode_pairs', 'token_batches', 'Recipe', 'RECIPES',
+           'get_recipe', 'train_translation', 'Translator', 'bleu', 'evaluate_bleu', 'attention_maps', 'plot_attention',
+           'DistributedContext', 'init_distributed', 'shutdown_distributed', 'shard_batches',
+           'DistributedTokenBatchSampler']
 
 # %% ../book/01_introduction.ipynb #85c4e38c
 __version__ = "0.1.0"
@@ -37,6 +42,14 @@ from .training import load_checkpoint, model_from_checkpoint, quick_mode, read_c
 from .training import save_checkpoint, train_copy_task
 from .decoding import average_checkpoints, average_last_checkpoints, beam_search
 from .decoding import Hypothesis, beam_search_hypotheses, greedy_decode, length_penalty
+from .data import DataError, builtin_corpus, corpus, multi30k
+from .tokenization import BPE, SpacyTokenizer, TextEncoder, Vocab, Vocabularies
+from .tokenization import VocabularyError, build_vocab_from_iterator, build_vocabularies
+from .tokenization import cached_encode_pairs, detokenize, encode_pairs, token_batches
+from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_recipe
+from .translation import attention_maps, plot_attention, train_translation
+from .distributed import DistributedContext, DistributedTokenBatchSampler
+from .distributed import init_distributed, shard_batches, shutdown_distributed
 
 _all_ = [
     # §3: the model
@@ -98,4 +111,35 @@ _all_ = [
     "length_penalty",
     "average_checkpoints",
     "average_last_checkpoints",
+    # §5.1 and §6.1 on real data: corpora, vocabularies, translation, many GPUs
+    "DataError",
+    "multi30k",
+    "builtin_corpus",
+    "corpus",
+    "SpacyTokenizer",
+    "detokenize",
+    "Vocab",
+    "build_vocab_from_iterator",
+    "BPE",
+    "TextEncoder",
+    "Vocabularies",
+    "VocabularyError",
+    "build_vocabularies",
+    "encode_pairs",
+    "cached_encode_pairs",
+    "token_batches",
+    "Recipe",
+    "RECIPES",
+    "get_recipe",
+    "train_translation",
+    "Translator",
+    "bleu",
+    "evaluate_bleu",
+    "attention_maps",
+    "plot_attention",
+    "DistributedContext",
+    "init_distributed",
+    "shutdown_distributed",
+    "shard_batches",
+    "DistributedTokenBatchSampler",
 ]

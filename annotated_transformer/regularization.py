@@ -109,11 +109,18 @@ class LabelSmoothingLoss(nn.Module):
         self.smooth_pad = smooth_pad
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
+        return self.loss_and_nll(logits, target)[0]
+
+    def loss_and_nll(self, logits: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """The summed smoothed loss and, from the same log-softmax, the summed plain cross-entropy
+        (`token_nll`, detached): a training step needs both, and the log-softmax over a large
+        vocabulary is one of its most expensive operations."""
         _check_logits(logits, target, self.vocab_size)
         log_probs = F.log_softmax(_upcast(logits), dim=-1)
+        true_class = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
         # -Σ_c q_c log p_c without building q: (1 - ε) times the true class's term, plus ε/K times
         # the sum over the K classes that share the smoothing mass.
-        loss = -(1.0 - self.smoothing) * log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        loss = -(1.0 - self.smoothing) * true_class
         if self.smoothing > 0:
             k = _n_smoothed(self.vocab_size, self.pad, self.smooth_pad)
             if self.pad is None or self.smooth_pad:
@@ -121,9 +128,11 @@ class LabelSmoothingLoss(nn.Module):
             else:  # two views around the pad column: no copy, and no cancellation if log p_pad is -inf
                 spread = log_probs[..., : self.pad].sum(-1) + log_probs[..., self.pad + 1 :].sum(-1)
             loss = loss - self.smoothing / k * spread
+        nll = -true_class.detach()
         if self.pad is not None:
             loss = loss.masked_fill(target == self.pad, 0.0)
-        return loss.sum()
+            nll = nll.masked_fill(target == self.pad, 0.0)
+        return loss.sum(), nll.sum()
 
     def extra_repr(self) -> str:
         return (

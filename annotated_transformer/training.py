@@ -118,6 +118,14 @@ class StepStats:
     grad_norm: float | None  # before clipping; computed only when clipping is on
 
 
+def _rank_and_world_size() -> tuple[int, int]:
+    """(rank, number of processes) of a torch.distributed run; (0, 1) when there is none."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 class Trainer:
     """The §5 training procedure: Adam with the warmup schedule and label smoothing, plus the
     engineering around it (gradient accumulation, mixed precision, compilation, checkpoints).
@@ -125,11 +133,20 @@ class Trainer:
     `train_step(micro_batches)` is one optimizer step. `fit(epoch_batches)` runs steps until
     `config.max_steps`, taking micro-batches from `epoch_batches(epoch)` and remembering where it
     is, so that a resumed run sees exactly the batches the interrupted one would have seen.
+
+    When torch.distributed runs several processes (ranks), each rank trains on its own batches
+    through DistributedDataParallel, and a step on k ranks gives exactly the gradient of one process
+    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 15).
+    `self.model` is always the plain model.
     """
 
     def __init__(self, model: Transformer, config: TrainConfig = TrainConfig(), device=None, pad: int = PAD):
         self.config = config
+        self.rank, self.world_size = _rank_and_world_size()
+        self.is_main = self.rank == 0  # the rank that logs and writes checkpoints
         self.device = torch.device(device) if device is not None else default_device()
+        if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
         self.model = model.to(self.device)
         self.pad = pad
         self.optimizer, self.scheduler = make_optimizer(
@@ -138,7 +155,13 @@ class Trainer:
         self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
         autocast_context(self.device, config.precision)  # a bad precision fails here, not at step 1
         self.scaler = torch.amp.GradScaler("cuda", enabled=config.precision == "fp16")
-        self.forward = torch.compile(model) if config.compile else model
+        self.ddp = None  # the DistributedDataParallel wrapper, in a run of several processes
+        if self.world_size > 1:  # DDP starts by sending rank 0's parameters to the other ranks
+            self.ddp = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        module = self.ddp if self.ddp is not None else model
+        self.forward = torch.compile(module) if config.compile else module
         self.step = 0  # optimizer steps done
         self.epoch = 0  # where fit() is in the data: the epoch, and micro-batches done in it
         self.position = 0
@@ -149,9 +172,11 @@ class Trainer:
             logits = self.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
         # Divide the summed loss by the tokens of the WHOLE accumulated batch: then k micro-batches
         # give exactly the gradient of one batch k times as large, whatever their token counts.
-        loss = self.criterion(logits, batch.tgt_out) / total_tokens
-        self.scaler.scale(loss).backward()
-        nll = token_nll(logits.detach(), batch.tgt_out, self.pad)
+        loss, nll = self.criterion.loss_and_nll(logits, batch.tgt_out)  # one log-softmax for both
+        loss = loss / total_tokens
+        # DDP averages the gradients of the ranks; × world_size turns the average into their sum,
+        # the gradient of the global batch's loss (total_tokens counts every rank's tokens).
+        self.scaler.scale(loss * self.world_size).backward()
         return loss.item(), nll.item()
 
     def train_step(self, micro_batches: Sequence[Batch]) -> StepStats:
@@ -159,14 +184,22 @@ class Trainer:
         if len(micro_batches) == 0:
             raise ValueError("empty batch: train_step needs at least one micro-batch")
         total_tokens = sum(batch.n_tokens for batch in micro_batches)
+        if self.ddp is not None:  # the tokens of the GLOBAL batch: every rank's micro-batches
+            total_tokens = round(self._sum_over_ranks(total_tokens)[0])
         if total_tokens == 0:
             raise ValueError("empty batch: the micro-batches hold no target tokens (only padding)")
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = nll = 0.0
-        for batch in micro_batches:
-            micro_loss, micro_nll = self._micro_step(batch, total_tokens)
+        for i, batch in enumerate(micro_batches):
+            # With DDP, only the last micro-batch's backward() communicates: the others accumulate
+            # their gradients locally, and the last one averages the sums over the ranks.
+            last = i == len(micro_batches) - 1
+            with self.ddp.no_sync() if self.ddp is not None and not last else contextlib.nullcontext():
+                micro_loss, micro_nll = self._micro_step(batch, total_tokens)
             loss, nll = loss + micro_loss, nll + micro_nll
+        if self.ddp is not None:  # report the global batch, the same on every rank
+            loss, nll = self._sum_over_ranks(loss, nll)
         grad_norm = None
         if self.config.clip_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
@@ -178,6 +211,12 @@ class Trainer:
         self.step += 1
         return StepStats(self.step, loss, nll / total_tokens, total_tokens, lr, grad_norm)
 
+    def _sum_over_ranks(self, *values: float) -> list[float]:
+        """Sums of `values` over the ranks (one all_reduce); every rank gets the sums."""
+        sums = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(sums)
+        return sums.tolist()
+
     def fit(
         self,
         epoch_batches: Callable[[int], Sequence[Batch]],
@@ -188,10 +227,14 @@ class Trainer:
         `epoch_batches(epoch)` gives one pass over the data in an order fixed by the epoch (a
         seeded shuffle): that is what makes an interrupted run resumable. `on_step(stats)` is
         called after every step; returning True stops training. Returns every step's stats.
+
+        In a distributed run, every rank calls `fit` with its own share of each epoch, as many
+        batches on every rank (chapter 15's `shard_batches`), and `on_step` must decide the same
+        on every rank (the stats it gets are the global batch's, the same everywhere).
         """
         config, history = self.config, []
-        bar = tqdm(total=config.max_steps, initial=self.step, disable=not config.progress, unit="step",
-                   file=sys.stdout, mininterval=1.0)
+        bar = tqdm(total=config.max_steps, initial=self.step, disable=not (config.progress and self.is_main),
+                   unit="step", file=sys.stdout, mininterval=1.0)
         if self.step == 0:  # a fresh run starts from config.seed; a resumed one from its checkpoint
             torch.manual_seed(config.seed)
             random.seed(config.seed)
@@ -214,7 +257,7 @@ class Trainer:
                 postfix = {"loss": f"{stats.loss:.3f}", "tok/s": f"{tokens_per_second:.0f}",
                            "lr": f"{stats.lr:.2e}"}
                 bar.set_postfix(postfix, refresh=False)
-                if config.log_every and self.step % config.log_every == 0:
+                if config.log_every and self.step % config.log_every == 0 and self.is_main:
                     perplexity = math.exp(min(stats.nll, 50))
                     bar.write(f"step {self.step:>6}  loss {stats.loss:.3f}  ppl {perplexity:.2f}"
                               f"  lr {stats.lr:.2e}  {tokens_per_second:,.0f} tok/s")
@@ -228,7 +271,11 @@ class Trainer:
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         """A resumable checkpoint, by default `checkpoint_dir/step_XXXXXXXX.pt`; keeps only the
-        newest `keep_checkpoints` files of that directory when that is set."""
+        newest `keep_checkpoints` files of that directory when that is set.
+
+        In a distributed run every rank calls it: rank 0 alone writes (the ranks hold the same
+        parameters), and the others wait for it at a barrier.
+        """
         if path is None and not self.config.checkpoint_dir:
             raise ValueError("no path given and TrainConfig.checkpoint_dir is not set")
         path = Path(path or checkpoint_path(self.config.checkpoint_dir, self.step))
@@ -237,12 +284,16 @@ class Trainer:
         }
         if self.scaler.is_enabled():
             progress["scaler"] = self.scaler.state_dict()
-        save_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                        step=self.step, extra=progress)
         directory = self.config.checkpoint_dir
-        if self.config.keep_checkpoints and directory and path.parent.resolve() == Path(directory).resolve():
-            for old in checkpoint_paths(directory)[: -self.config.keep_checkpoints]:
-                old.unlink(missing_ok=True)
+        if self.is_main:
+            save_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                            step=self.step, extra=progress)
+            in_directory = directory and path.parent.resolve() == Path(directory).resolve()
+            if self.config.keep_checkpoints and in_directory:
+                for old in checkpoint_paths(directory)[: -self.config.keep_checkpoints]:
+                    old.unlink(missing_ok=True)
+        if self.world_size > 1:  # no rank goes on (or exits) before the checkpoint is on disk
+            torch.distributed.barrier()
         return path
 
     def resume(self, path: str | Path) -> dict:

@@ -1,5 +1,10 @@
-"""The command line (chapter 11): `python -m annotated_transformer average`."""
+"""The command line (chapter 16, book/16_command_line.ipynb): `python -m annotated_transformer
+train | translate | evaluate | average`."""
 
+import dataclasses
+import io
+import json
+import shutil
 import subprocess
 import sys
 
@@ -7,9 +12,12 @@ import pytest
 import torch
 from helpers import small_config
 
-from annotated_transformer.__main__ import main
+from annotated_transformer.__main__ import main, option_name
+from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
+from annotated_transformer.tokenization import build_vocabularies
 from annotated_transformer.training import read_checkpoint, save_checkpoint
+from annotated_transformer.translation import Recipe
 
 
 def write_run(directory, n: int = 4) -> list:
@@ -93,4 +101,146 @@ def test_python_dash_m_runs_the_command_line(tmp_path):
     help_text = subprocess.run(
         [sys.executable, "-m", "annotated_transformer", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    assert "average" in help_text and "§6.1" in help_text
+    assert "§6.1" in help_text
+    assert all(command in help_text for command in ("train", "translate", "evaluate", "average"))
+
+
+# --- train, translate, evaluate ---------------------------------------------------------------------
+
+TINY = ["--max-steps", "3", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
+        "--checkpoint-every", "1", "--average-last", "2", "--quiet"]
+KEPT = ["step_00000002.pt", "step_00000003.pt"]  # the last --average-last 2 checkpoints
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One tiny training run of the builtin configuration, shared by the tests below (a few seconds)."""
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    assert main(["train", "--config", "builtin", "--run-dir", str(run_dir), "--device", "cpu", *TINY]) == 0
+    return run_dir
+
+
+def fails(capsys, *argv) -> str:
+    """Run a command that must fail: exit status 2 and one line of error; returns that line."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(argument) for argument in argv])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert "Traceback" not in error
+    return error
+
+
+def test_train_writes_a_finished_run_and_says_how_to_use_it(run, capsys):
+    assert sorted(path.name for path in (run / "checkpoints").iterdir()) == KEPT
+    for name in ("recipe.json", "vocab.json", "history.json", "model.pt"):
+        assert (run / name).is_file(), name
+    model = read_checkpoint(run / "model.pt")
+    assert model["step"] == 3 and model["extra"]["averaged"] == KEPT
+    assert json.loads((run / "recipe.json").read_text())["d_model"] == 32
+    assert main(["train", "--run-dir", str(run), "--device", "cpu", *TINY]) == 0  # the same command again
+    out = capsys.readouterr().out
+    assert "already trained (3 steps): nothing left to do" in out
+    assert f"model:      {run / 'model.pt'}" in out and f"vocabulary: {run / 'vocab.json'}" in out
+    assert f"python -m annotated_transformer translate {run}" in out
+    assert sorted(path.name for path in (run / "checkpoints").iterdir()) == KEPT
+
+
+def test_translate_arguments_stdin_and_files_agree(run, tmp_path, capsys, monkeypatch):
+    sentences = ["Der kleine Hund sieht die Katze.", "", "Heute malt die Frau."]
+    options = ["--device", "cpu", "--beam-size", "2"]
+    assert main(["translate", str(run), sentences[0], *options[:2], *sentences[1:], *options[2:]]) == 0
+    from_arguments = capsys.readouterr().out.split("\n")
+    assert len(from_arguments) == 4 and from_arguments[1] == "" and from_arguments[3] == ""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(sentences) + "\n"))
+    main(["translate", str(run / "model.pt"), *options])
+    assert capsys.readouterr().out.split("\n") == from_arguments
+    (tmp_path / "in.de").write_text("\r\n".join(sentences) + "\r\n", encoding="utf-8")
+    main(["translate", str(run), "-i", str(tmp_path / "in.de"), "-o", str(tmp_path / "out/en.txt"), *options])
+    assert capsys.readouterr().out == ""
+    assert (tmp_path / "out" / "en.txt").read_text(encoding="utf-8").split("\n") == from_arguments
+
+
+def test_translate_a_step_checkpoint_finds_the_run_vocabulary(run, capsys):
+    assert main(["translate", str(run / "checkpoints" / "step_00000003.pt"), "Der Hund.", "--beam-size", "1",
+                 "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_evaluate_prints_both_bleu_scores_and_writes_json(run, tmp_path, capsys):
+    output = tmp_path / "evaluation.json"
+    assert main(["evaluate", str(run), "--limit", "20", "--beam-size", "1", "--device", "cpu",
+                 "--output", str(output)]) == 0
+    out = capsys.readouterr().out
+    assert "builtin test: 20 sentences, beam 1" in out
+    assert "BLEU " in out and "case:mixed" in out and "BLEU, lowercased" in out and "case:lc" in out
+    report = json.loads(output.read_text(encoding="utf-8"))
+    assert report["corpus"] == "builtin" and report["sentences"] == 20 and len(report["hypotheses"]) == 20
+    assert 0 <= report["bleu"] <= 100 and report["signature"].startswith("nrefs:1|case:mixed")
+    assert report["signature_lowercase"].startswith("nrefs:1|case:lc")
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically: no temporary file left
+
+
+def test_train_errors(run, tmp_path, capsys):
+    message = fails(capsys, "train", "--run-dir", run, *TINY, "--dropout", "0.2")  # another config
+    assert "holds a run of another configuration (dropout: 0.1 -> 0.2)" in message
+    assert "use a new --run-dir" in message
+    message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-model", "30", "--heads", "4")
+    assert "d_model=30 is not divisible by n_heads=4" in message
+    assert "checkpoint_every must be at least 1" in fails(
+        capsys, "train", "--run-dir", tmp_path / "x", "--checkpoint-every", "0"
+    )
+    assert not (tmp_path / "x").exists()  # refused before anything was written
+
+
+def test_unknown_configuration_lists_the_choices(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--config", "huge"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "invalid choice: 'huge'" in error
+    assert all(name in error for name in ("builtin", "multi30k", "base", "big"))
+
+
+def test_translate_and_evaluate_errors(run, tmp_path, capsys):
+    assert "no run directory or checkpoint at" in fails(capsys, "translate", tmp_path / "missing", "Hallo.")
+    (tmp_path / "unfinished").mkdir()
+    assert "holds no model.pt yet" in fails(capsys, "evaluate", tmp_path / "unfinished")
+    other = tmp_path / "other" / "vocab.json"  # the vocabulary of another run
+    build_vocabularies(corpus("builtin", "train")[:100], "word", min_freq=1).save(other)
+    message = fails(capsys, "translate", run, "--vocab", other, "Hallo.")
+    assert "is not the vocabulary" in message and "vocab.json" in message
+    (tmp_path / "damaged").mkdir()
+    shutil.copy(run / "vocab.json", tmp_path / "damaged" / "vocab.json")
+    (tmp_path / "damaged" / "model.pt").write_bytes((run / "model.pt").read_bytes()[:5000])
+    assert "truncated or corrupt" in fails(capsys, "translate", tmp_path / "damaged" / "model.pt", "Hallo.")
+    assert "no input file at" in fails(capsys, "translate", run, "--input", tmp_path / "nothing.de")
+    assert "not both" in fails(capsys, "translate", run, "Hallo.", "--input", tmp_path / "nothing.de")
+    assert "unknown split 'dev'" in fails(capsys, "evaluate", run, "--split", "dev")
+    message = fails(capsys, "evaluate", run, "--corpus", "wmt14")
+    assert "invalid choice: 'wmt14'" in message and "builtin" in message
+    assert "must be at least 1" in fails(capsys, "evaluate", run, "--limit", "0")
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("train", ["--config", "--run-dir", "--data-dir", "--no-download", "--device", "--quiet", "builtin",
+                   "multi30k", "base", "big"]),
+        ("translate", ["RUN_DIR_OR_CHECKPOINT", "SENTENCE", "--vocab", "--beam-size", "--input", "--output",
+                       "--device"]),
+        ("evaluate", ["RUN_DIR_OR_CHECKPOINT", "--corpus", "--split", "--data-dir", "--no-download",
+                      "--beam-size", "--limit", "--output", "--vocab", "--device"]),
+        ("average", ["CHECKPOINT", "--last", "--output"]),
+    ],
+)
+def test_help_of_each_command(capsys, command, options):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    if command == "train":
+        fields = [field.name for field in dataclasses.fields(Recipe) if field.name != "name"]
+        options = options + [option_name(name) for name in fields]
+        assert "--layers" in options and "--heads" in options and "--max-steps" in options
+    for option in options:
+        assert option in help_text, option

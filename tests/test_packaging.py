@@ -35,6 +35,25 @@ NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 BIN = Path(sys.executable).parent
 
 PUBLIC_API = [
+    # §5.1 and §6.1 on real data
+    "corpus",
+    "multi30k",
+    "builtin_corpus",
+    "DataError",
+    "Vocab",
+    "BPE",
+    "Vocabularies",
+    "VocabularyError",
+    "build_vocabularies",
+    "token_batches",
+    "Recipe",
+    "get_recipe",
+    "train_translation",
+    "Translator",
+    "evaluate_bleu",
+    "attention_maps",
+    "init_distributed",
+    "DistributedTokenBatchSampler",
     # §5 and §6.1: training and decoding
     "Batch",
     "make_batch",

@@ -1,0 +1,384 @@
+"""Tokenization (§5.1): spaCy tokenizers, detokenize, word vocabularies, BPE, vocabulary files, the
+cache of encoded corpora and token batches.
+
+No test needs the network or Multi30k: the data is the built-in corpus and small hand-made texts.
+"""
+
+import copy
+import json
+import random
+
+import pytest
+import torch
+
+import annotated_transformer.tokenization as tokenization
+from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
+from annotated_transformer.data import builtin_corpus
+from annotated_transformer.tokenization import (
+    BPE,
+    END_OF_WORD,
+    SPECIALS,
+    BatchSequence,
+    EncodedPairs,
+    SpacyTokenizer,
+    TextEncoder,
+    Vocab,
+    Vocabularies,
+    VocabularyError,
+    build_vocab_from_iterator,
+    build_vocabularies,
+    cached_encode_pairs,
+    corpus_key,
+    detokenize,
+    encode_pairs,
+    token_batches,
+)
+
+PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Eine Katze schläft.", "A cat sleeps."),
+         ("Zwei Hunde laufen.", "Two dogs run.")]
+
+
+@pytest.fixture(scope="module")
+def train() -> list[tuple[str, str]]:
+    return builtin_corpus("train")
+
+
+@pytest.fixture(scope="module")
+def bpe_vocabs(train) -> Vocabularies:
+    return build_vocabularies(train, "bpe", vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def word_vocabs(train) -> Vocabularies:
+    return build_vocabularies(train, "word")
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Vocabularies:
+    return build_vocabularies(PAIRS, "word", min_freq=1)
+
+
+@pytest.fixture(scope="module")
+def encoded(bpe_vocabs) -> EncodedPairs:
+    return encode_pairs(builtin_corpus("val"), bpe_vocabs)
+
+
+# --- Vocab and build_vocab_from_iterator ---------------------------------------------------------
+
+def test_vocab_specials_unknown_and_lookups():
+    vocab = Vocab([*SPECIALS, "a", "b"])
+    assert [vocab[s] for s in SPECIALS] == [PAD, BOS, EOS, UNK] == [0, 1, 2, 3]
+    assert len(vocab) == 6 and "a" in vocab and "zzz" not in vocab
+    assert vocab["zzz"] == UNK and vocab.lookup_indices(["b", "zzz", "a"]) == [5, UNK, 4]
+    assert vocab.lookup_tokens(vocab.lookup_indices(["a", "b"])) == ["a", "b"]
+    assert vocab.lookup_tokens(torch.tensor([4, 5])) == ["a", "b"]
+    assert vocab.get_stoi() == {t: i for i, t in enumerate(vocab.get_itos())}
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        vocab.lookup_token(6)
+    with pytest.raises(IndexError):
+        vocab.lookup_token(-1)
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (["a", "b"], "must start with the specials"),
+    (list(reversed(SPECIALS)), "must start with the specials"),
+    ([*SPECIALS, "a", "b", "a"], "repeated: \\['a'\\]"),
+    ([*SPECIALS, "<unk>"], "repeated"),
+])
+def test_vocab_rejects_bad_token_lists(tokens, message):
+    with pytest.raises(VocabularyError, match=message):
+        Vocab(tokens)
+
+
+def test_build_vocab_min_freq_order_and_max_tokens():
+    sentences = [["b", "a", "c"], ["a", "b"], ["a", "d"], ["<unk>", "<pad>"]]
+    vocab = build_vocab_from_iterator(sentences)
+    assert vocab.get_itos() == [*SPECIALS, "a", "b", "c", "d"]  # by count, ties alphabetical, specials once
+    assert build_vocab_from_iterator(sentences, min_freq=2).get_itos() == [*SPECIALS, "a", "b"]
+    assert build_vocab_from_iterator(sentences, min_freq=4).get_itos() == list(SPECIALS)
+    assert build_vocab_from_iterator(sentences, max_tokens=5).get_itos() == [*SPECIALS, "a"]
+    assert build_vocab_from_iterator(sentences, max_tokens=2).get_itos() == list(SPECIALS)
+    shuffled = [list(reversed(s)) for s in reversed(sentences)]
+    assert build_vocab_from_iterator(shuffled) == vocab
+    with pytest.raises(ValueError, match="min_freq"):
+        build_vocab_from_iterator(sentences, min_freq=0)
+
+
+# --- spaCy and detokenize -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("language, text, tokens", [
+    ("en", "The dog's ball isn't red.", ["The", "dog", "'s", "ball", "is", "n't", "red", "."]),
+    ("en", "A man (left) in a T-shirt.", ["A", "man", "(", "left", ")", "in", "a", "T", "-", "shirt", "."]),
+    ("en", "  Two   dogs run!  ", ["Two", "dogs", "run", "!"]),
+    ("de", "Ein Mann im T-Shirt geht's an.", ["Ein", "Mann", "im", "T-Shirt", "geht's", "an", "."]),
+    ("de", "Sie sagt: „Hallo!“", ["Sie", "sagt", ":", "„", "Hallo", "!", "“"]),
+    ("de", "Z.B. kostet es 3,50 €.", ["Z.B.", "kostet", "es", "3,50", "€", "."]),
+])
+def test_spacy_tokenizer(language, text, tokens):
+    tokenizer = SpacyTokenizer(language)
+    assert tokenizer(text) == tokens
+    assert tokenizer.pipe([text, "", text]) == [tokens, [], tokens]
+
+
+def test_spacy_tokenizer_unknown_language():
+    with pytest.raises(VocabularyError, match="no tokenizer for language 'zz'"):
+        SpacyTokenizer("zz")
+
+
+@pytest.mark.parametrize("tokens, text", [
+    (["A", "dog", "runs", "."], "A dog runs."),
+    (["Yes", ",", "no", ";", "maybe", ":", "50", "%", "!", "?"], "Yes, no; maybe: 50%!?"),
+    (["The", "dog", "'s", "ball", "is", "n't", "red"], "The dog's ball isn't red"),
+    (["They", "'re", "here", ",", "I", "'m", "sure", ",", "we", "'ll", "go"],
+     "They're here, I'm sure, we'll go"),
+    (["The", "players", "'", "ball"], "The players' ball"),
+    (["He", "said", '"', "hi", '"', "and", '"', "bye", '"', "."], 'He said "hi" and "bye".'),
+    (["A", "sign", "'", "Grand", "Opening", "'", "."], "A sign 'Grand Opening'."),
+    (["Jackson", "'s", "'", "Thriller", "'", "video"], "Jackson's 'Thriller' video"),
+    (["Sie", "sagt", ":", "„", "Hallo", "!", "“", "und", "geht"], "Sie sagt: „Hallo!“ und geht"),
+    (["an", "“", "English", "”", "quote"], "an “English” quote"),
+    (["a", "(", "big", ")", "dog", "[", "1", "]"], "a (big) dog [1]"),
+    (["costs", "$", "5", "and", "#", "8"], "costs $5 and #8"),
+    (["a", "3", "-", "year", "-", "old", "in", "mid", "-", "air"], "a 3-year-old in mid-air"),
+    (["and", "/", "or"], "and/or"),
+    ([], ""),
+])
+def test_detokenize(tokens, text):
+    assert detokenize(tokens) == text
+
+
+def test_detokenize_round_trips_builtin_english(train):
+    english = [en for _, en in train[:500]]
+    assert [detokenize(tokens) for tokens in SpacyTokenizer("en").pipe(english)] == english
+
+
+# --- BPE ----------------------------------------------------------------------------------------
+
+def test_bpe_round_trip_specials_and_json(train, bpe_vocabs):
+    bpe = bpe_vocabs.source.bpe
+    assert bpe.vocab.get_itos()[:4] == list(SPECIALS) and len(bpe) == 400
+    for language, side in (("de", 0), ("en", 1)):
+        sentences = SpacyTokenizer(language).pipe(pair[side] for pair in train)
+        ids = bpe.encode_batch(sentences)
+        assert all(bpe.words(row) == words for row, words in zip(ids, sentences, strict=True))
+        assert UNK not in {i for row in ids for i in row}
+        assert all(piece.endswith(END_OF_WORD) for row in ids for piece in [bpe.pieces(row)[-1]])
+    restored = BPE.from_json(bpe.to_json())
+    sentences = SpacyTokenizer("de").pipe(de for de, _ in builtin_corpus("val"))
+    assert restored.encode_batch(sentences) == bpe.encode_batch(sentences)
+    assert restored.vocab == bpe.vocab and restored.merges == bpe.merges
+
+
+def test_bpe_toy_merges_and_unknown_characters():
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    bpe = BPE.train([[word] * count for word, count in counts.items()], vocab_size=4 + 11 + 3)
+    assert bpe.merges == [("e", "s"), ("es", "t</w>"), ("l", "o")]  # ties: alphabetical
+    assert bpe.pieces(bpe.encode(["lowest"])) == ["lo", "w", "est</w>"]
+    ids = bpe.encode(["flow!"])
+    assert ids[0] == UNK and ids[-1] == UNK and bpe.words(ids) == ["low"]
+    with pytest.raises(ValueError, match="vocab_size"):
+        BPE.train([["a"]], vocab_size=4)
+
+
+def test_bpe_training_is_deterministic(train):
+    """The same words give the same vocabulary, in any order and however often it is trained.
+    (Hugging Face's BpeTrainer does not: it numbers symbols in hash-map order, which changes
+    from run to run, and breaks ties between equally frequent pairs by those numbers.)"""
+    sentences = SpacyTokenizer("en").pipe(en for _, en in train[:1000])
+    bpe = BPE.train(sentences, vocab_size=300)
+    for seed in range(3):
+        shuffled = sentences[:]
+        random.Random(seed).shuffle(shuffled)
+        assert BPE.train(shuffled, vocab_size=300).to_json() == bpe.to_json()
+
+
+# --- TextEncoder and Vocabularies ---------------------------------------------------------------
+
+def test_text_encoder_decode_stops_at_eos(word_vocabs, bpe_vocabs, tiny):
+    for vocabs in (word_vocabs, bpe_vocabs):
+        text = builtin_corpus("val")[0][1]
+        ids = vocabs.target.encode(text)
+        assert vocabs.target.decode(ids) == text
+        assert vocabs.target.decode([BOS, *ids, EOS, *ids[:3], PAD]) == text
+        assert vocabs.target.decode([EOS, *ids]) == ""
+    assert tiny.target.decode(tiny.target.encode("A bird runs.")) == "A <unk> runs."
+    with pytest.raises(ValueError, match="either"):
+        TextEncoder("en")
+
+
+def test_vocabularies_kinds_shared_and_describe(word_vocabs, bpe_vocabs):
+    assert bpe_vocabs.kind == "bpe" and bpe_vocabs.shared
+    assert bpe_vocabs.describe() == "bpe de->en, 400 tokens"
+    assert word_vocabs.kind == "word" and not word_vocabs.shared
+    assert word_vocabs.describe().startswith("word de->en, ")
+    with pytest.raises(ValueError, match="unknown vocabulary kind"):
+        build_vocabularies(PAIRS, "chars")
+    with pytest.raises(ValueError, match="no training pairs"):
+        build_vocabularies([], "bpe")
+
+
+def test_vocabularies_save_load_round_trip(tmp_path, word_vocabs, bpe_vocabs):
+    texts = [de for de, _ in builtin_corpus("val")[:50]]
+    for vocabs in (word_vocabs, bpe_vocabs):
+        path = vocabs.save(tmp_path / vocabs.kind / "vocab.json")
+        assert sorted(p.name for p in path.parent.iterdir()) == ["vocab.json"]  # no temporary file left
+        loaded = Vocabularies.load(path)
+        assert loaded.kind == vocabs.kind and loaded.shared == vocabs.shared
+        assert loaded.sha256() == vocabs.sha256() and loaded.source.vocab == vocabs.source.vocab
+        assert loaded.target.vocab == vocabs.target.vocab
+        assert loaded.source.encode_batch(texts) == vocabs.source.encode_batch(texts)
+
+
+def with_vocab(encoder: TextEncoder, vocab: Vocab | None = None, bpe: BPE | None = None) -> TextEncoder:
+    """A copy of `encoder` (and of its spaCy tokenizer, slow to build) with another vocabulary."""
+    changed = copy.copy(encoder)
+    changed.bpe, changed.vocab = bpe, bpe.vocab if bpe is not None else vocab
+    return changed
+
+
+def test_sha256_changes_with_the_vocabulary(tiny, bpe_vocabs):
+    assert Vocabularies(tiny.source, tiny.target).sha256() == tiny.sha256()
+    more = with_vocab(tiny.target, Vocab([*tiny.target.vocab.get_itos(), "bird"]))
+    assert Vocabularies(tiny.source, more).sha256() != tiny.sha256()
+    swapped = Vocabularies(tiny.target, tiny.source)  # same token lists, other languages
+    assert swapped.sha256() != tiny.sha256()
+    other = BPE.train([["a", "b", "ab", "ab"]], vocab_size=10)
+    encoder = with_vocab(bpe_vocabs.source, bpe=other)
+    assert Vocabularies(encoder, encoder).sha256() != bpe_vocabs.sha256()
+
+
+def test_vocabularies_load_errors(tmp_path, tiny):
+    path = tiny.save(tmp_path / "vocab.json")
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
+    cases = {
+        "half.json": (text[: len(text) // 2], "not valid JSON"),
+        "empty.json": ("", "not valid JSON"),
+        "binary.json": (None, "not valid JSON"),
+        "foreign.json": (json.dumps({"hello": "world"}), "not an annotated-transformer vocabulary"),
+        "list.json": ("[1, 2]", "not an annotated-transformer vocabulary"),
+        "version.json": (json.dumps({**data, "version": 99}), "format version 99"),
+        "kind.json": (json.dumps({**data, "kind": "chars"}), "unknown vocabulary kind 'chars'"),
+        "missing-key.json": (json.dumps({k: v for k, v in data.items() if k != "target_tokens"}), "damaged"),
+        "wrong-type.json": (json.dumps({**data, "source_tokens": 5}), "damaged"),
+        "specials.json": (json.dumps({**data, "source_tokens": data["source_tokens"][1:]}), "specials"),
+        "language.json": (json.dumps({**data, "source_language": "zz"}), "no tokenizer for language"),
+        "bpe.json": (json.dumps({**data, "kind": "bpe", "bpe": {"model": 1}}), "damaged"),
+    }
+    for name, (content, message) in cases.items():
+        bad = tmp_path / name
+        if content is None:
+            bad.write_bytes(b"\xff\xfe\x00garbage")
+        else:
+            bad.write_text(content, encoding="utf-8")
+        with pytest.raises(VocabularyError, match=message) as error:
+            Vocabularies.load(bad)
+        assert str(bad) in str(error.value), name
+    with pytest.raises(FileNotFoundError, match=r"no vocabulary file at .*nothing\.json"):
+        Vocabularies.load(tmp_path / "nothing.json")
+    with pytest.raises(FileNotFoundError):
+        Vocabularies.load(tmp_path)  # a folder is not a file
+
+
+def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
+    path = tokenization.atomic_write_text(tmp_path / "a.json", "old")
+
+    def fail(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tokenization.os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        tokenization.atomic_write_text(path, "new")
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+# --- encoding and the cache ---------------------------------------------------------------------
+
+def test_encode_pairs_lengths_unknown_rate_and_empty_sources(tiny):
+    encoded = encode_pairs([*PAIRS, ("", "Nothing."), ("Ein Vogel läuft.", "A bird runs.")], tiny)
+    assert len(encoded) == 4  # the empty source is dropped
+    assert encoded.lengths() == [(4, 4), (4, 4), (4, 4), (4, 4)]
+    assert encoded.unknown_rate() == (1 / 16, 1 / 16)  # "Vogel", "bird"
+    assert EncodedPairs([], []).unknown_rate() == (0.0, 0.0)
+
+
+def test_cached_encode_pairs_reads_the_cache(tmp_path, monkeypatch, bpe_vocabs):
+    pairs = builtin_corpus("val")[:100]
+    first = cached_encode_pairs(pairs, bpe_vocabs, tmp_path)
+    assert first == encode_pairs(pairs, bpe_vocabs)
+    files = list(tmp_path.glob("encoded-*.pt"))
+    assert len(files) == 1 and corpus_key(pairs, bpe_vocabs) in files[0].name
+
+    def fail(*args):
+        raise AssertionError("encode_pairs called although the cache holds the result")
+
+    monkeypatch.setattr(tokenization, "encode_pairs", fail)
+    assert cached_encode_pairs(pairs, bpe_vocabs, tmp_path) == first
+    with pytest.raises(AssertionError, match="although the cache"):
+        cached_encode_pairs(pairs[:50], bpe_vocabs, tmp_path)  # other text: another key, no file
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "other key"])
+def test_cached_encode_pairs_rebuilds_a_damaged_file(tmp_path, bpe_vocabs, damage):
+    pairs = builtin_corpus("val")[:100]
+    expected = cached_encode_pairs(pairs, bpe_vocabs, tmp_path)
+    (path,) = tmp_path.glob("encoded-*.pt")
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "garbage":
+        path.write_bytes(b"not a torch file")
+    else:
+        torch.save({"key": "0" * 64, "source": {}, "target": {}}, path)
+    assert cached_encode_pairs(pairs, bpe_vocabs, tmp_path) == expected
+    assert torch.load(path, weights_only=True)["key"] == corpus_key(pairs, bpe_vocabs)  # rewritten
+
+
+def test_corpus_key_changes_with_text_and_vocabulary(bpe_vocabs, word_vocabs):
+    pairs = builtin_corpus("val")[:20]
+    key = corpus_key(pairs, bpe_vocabs)
+    assert corpus_key(list(pairs), bpe_vocabs) == key
+    assert corpus_key(pairs[:19], bpe_vocabs) != key
+    assert corpus_key([(pairs[0][0] + " ", pairs[0][1]), *pairs[1:]], bpe_vocabs) != key
+    assert corpus_key([(pairs[0][1], pairs[0][0]), *pairs[1:]], bpe_vocabs) != key
+    assert corpus_key(pairs, word_vocabs) != key
+    assert cached_encode_pairs(pairs, bpe_vocabs, None) == encode_pairs(pairs, bpe_vocabs)
+
+
+# --- token batches ------------------------------------------------------------------------------
+
+def test_token_batches_cover_every_pair_within_the_budget(encoded):
+    epoch_batches = token_batches(encoded, max_tokens=300)
+    lengths = encoded.lengths()
+    for epoch in range(3):
+        plan = epoch_batches(epoch).batches
+        assert sorted(i for batch in plan for i in batch) == list(range(len(encoded)))
+        for batch in plan:
+            assert len(batch) * max(lengths[i][0] for i in batch) <= 300
+            assert len(batch) * max(lengths[i][1] + 1 for i in batch) <= 300
+    assert epoch_batches(1).batches == token_batches(encoded, max_tokens=300)(1).batches
+    assert epoch_batches(0).batches != epoch_batches(1).batches
+    assert token_batches(encoded, 300, seed=1)(0).batches != epoch_batches(0).batches
+
+
+def test_token_batches_shards_are_disjoint_and_equal(encoded):
+    everything = token_batches(encoded, max_tokens=200)(3).batches
+    shards = [token_batches(encoded, max_tokens=200, rank=r, world_size=3)(3).batches for r in range(3)]
+    assert len({len(shard) for shard in shards}) == 1 and len(shards[0]) == len(everything) // 3
+    seen = [i for shard in shards for batch in shard for i in batch]
+    assert len(seen) == len(set(seen))
+    assert all(batch in everything for shard in shards for batch in shard)
+
+
+def test_batch_sequence_builds_batches(encoded):
+    batches = token_batches(encoded, max_tokens=300)(0)
+    assert isinstance(batches, BatchSequence) and len(batches) == len(batches.batches)
+    first = batches[0]
+    assert isinstance(first, Batch) and len(first) == len(batches.batches[0])
+    i = batches.batches[0][0]
+    row = first.tgt_out[0].tolist()
+    assert row[: len(encoded.target[i]) + 1] == [*encoded.target[i], EOS]
+    assert first.src[0, : len(encoded.source[i])].tolist() == encoded.source[i]
+    sliced = batches[1:4]
+    assert isinstance(sliced, list) and len(sliced) == 3 and all(isinstance(b, Batch) for b in sliced)
+    assert torch.equal(sliced[0].src, batches[1].src) and batches[-1].src.shape == list(batches)[-1].src.shape
+    assert sum(b.n_tokens for b in batches) == sum(len(t) + 1 for t in encoded.target)

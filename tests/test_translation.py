@@ -1,0 +1,253 @@
+"""Chapter 14: recipes, run directories, the Translator, BLEU and attention maps.
+
+Everything trains tiny models on the built-in corpus (no network, no Multi30k).
+"""
+
+import dataclasses
+import json
+
+import pytest
+import sacrebleu
+import torch
+
+from annotated_transformer.data import builtin_corpus
+from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.tokenization import VocabularyError, build_vocabularies
+from annotated_transformer.training import checkpoint_paths
+from annotated_transformer.translation import (
+    RECIPES,
+    Translator,
+    attention_maps,
+    bleu,
+    evaluate_bleu,
+    get_recipe,
+    train_translation,
+)
+
+TINY = {
+    "n_layers": 1,
+    "d_model": 32,
+    "d_ff": 64,
+    "n_heads": 2,
+    "vocab_size": 300,
+    "max_tokens": 600,
+    "warmup": 10,
+    "checkpoint_every": 2,
+    "average_last": 2,
+}
+
+
+def tiny_recipe(**overrides):
+    return get_recipe("builtin", **{**TINY, "max_steps": 4, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "tiny"
+    run = train_translation(tiny_recipe(), run_dir, device="cpu", progress=False)
+    return run
+
+
+# --- recipes ------------------------------------------------------------------------------------
+
+
+def test_named_recipes_and_overrides():
+    assert set(RECIPES) == {"builtin", "multi30k", "base", "big"}
+    assert RECIPES["base"].d_model == 512 and RECIPES["base"].n_layers == 6 and RECIPES["base"].warmup == 4000
+    assert RECIPES["big"].d_model == 1024 and RECIPES["big"].n_heads == 16 and RECIPES["big"].dropout == 0.3
+    assert get_recipe("multi30k", max_steps=7).max_steps == 7
+    assert get_recipe("multi30k", max_steps=None) == RECIPES["multi30k"]  # None means "not given"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: get_recipe("multi30K"), "unknown configuration 'multi30K'"),
+        (lambda: get_recipe("builtin", layers=2), "unknown recipe field"),
+        (lambda: get_recipe("builtin", corpus="wmt14"), "unknown corpus"),
+        (lambda: get_recipe("builtin", vocab="char"), "vocab must be"),
+        (lambda: get_recipe("builtin", checkpoint_every=0), "checkpoint_every must be at least 1"),
+        (lambda: get_recipe("builtin", average_last=0), "average_last must be at least 1"),
+        (lambda: get_recipe("builtin", max_minutes=0), "max_minutes must be positive"),
+    ],
+)
+def test_bad_recipes_are_refused_with_a_clear_message(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_model_config_follows_the_vocabularies():
+    pairs = builtin_corpus("train")[:300]
+    recipe = tiny_recipe()
+    joint = build_vocabularies(pairs, "bpe", 300)
+    words = build_vocabularies(pairs, "word", min_freq=1)
+    assert recipe.model_config(joint).share_embeddings
+    config = recipe.model_config(words)
+    assert not config.share_embeddings
+    assert (config.src_vocab_size, config.tgt_vocab_size) == (len(words.source), len(words.target))
+
+
+# --- the run directory ---------------------------------------------------------------------------
+
+
+def test_a_run_writes_everything_it_needs(trained):
+    run_dir = trained.run_dir
+    for name in ("recipe.json", "vocab.json", "history.json", "hardware.json", "model.pt"):
+        assert (run_dir / name).is_file(), name
+    assert [p.name for p in checkpoint_paths(run_dir / "checkpoints")] == [
+        "step_00000002.pt",
+        "step_00000004.pt",
+    ]
+    history = json.loads((run_dir / "history.json").read_text())
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+    assert all(h["minutes"] >= 0 and h["tokens"] > 0 for h in history)
+    assert json.loads((run_dir / "hardware.json").read_text())["device"] == "cpu"
+    assert trained.hardware["device"] == "cpu"
+
+
+def test_model_pt_is_the_average_of_the_last_checkpoints(trained):
+    a, b = (
+        torch.load(p, weights_only=True)["model"] for p in checkpoint_paths(trained.run_dir / "checkpoints")
+    )
+    saved = torch.load(trained.run_dir / "model.pt", weights_only=True)
+    name = "generator.proj.weight" if "generator.proj.weight" in a else next(iter(a))
+    expected = (a[name].double() + b[name].double()) / 2
+    torch.testing.assert_close(saved["model"][name].double(), expected, rtol=0, atol=1e-6)
+    assert saved["extra"]["averaged"] == ["step_00000002.pt", "step_00000004.pt"]
+
+
+def test_a_finished_run_is_only_loaded(trained):
+    before = {p.name: p.stat().st_mtime_ns for p in checkpoint_paths(trained.run_dir / "checkpoints")}
+    again = train_translation(tiny_recipe(), trained.run_dir, device="cpu", progress=False)
+    after = {p.name: p.stat().st_mtime_ns for p in checkpoint_paths(trained.run_dir / "checkpoints")}
+    assert before == after
+    assert len(again.history) == len(trained.history)
+    for key, value in trained.model.state_dict().items():
+        torch.testing.assert_close(again.model.state_dict()[key], value)
+
+
+def test_a_run_can_be_extended_but_not_changed(trained, tmp_path):
+    with pytest.raises(ValueError, match=r"another configuration \(d_model: 32 -> 48\)"):
+        train_translation(tiny_recipe(d_model=48), trained.run_dir, device="cpu", progress=False)
+    run_dir = tmp_path / "extended"
+    train_translation(tiny_recipe(max_steps=2), run_dir, device="cpu", progress=False)
+    longer = train_translation(tiny_recipe(max_steps=4), run_dir, device="cpu", progress=False)
+    assert [h["step"] for h in longer.history] == [1, 2, 3, 4]
+
+
+def test_an_interrupted_run_resumes_to_the_same_parameters(tmp_path):
+    whole = train_translation(tiny_recipe(average_last=1), tmp_path / "whole", device="cpu", progress=False)
+    # Stop after 2 steps (as an interruption would), then resume with the full recipe.
+    train_translation(
+        tiny_recipe(average_last=1, max_steps=2), tmp_path / "cut", device="cpu", progress=False
+    )
+    resumed = train_translation(tiny_recipe(average_last=1), tmp_path / "cut", device="cpu", progress=False)
+    for key, value in whole.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[key], value, rtol=0, atol=1e-6)
+
+
+def test_max_minutes_stops_training(tmp_path):
+    run = train_translation(
+        tiny_recipe(max_steps=1000, max_minutes=1e-6), tmp_path / "r", device="cpu", progress=False
+    )
+    assert [h["step"] for h in run.history] == [1]  # the limit is checked after every step
+    assert (tmp_path / "r" / "model.pt").is_file()
+
+
+# --- the Translator ------------------------------------------------------------------------------
+
+
+def test_translate_keeps_order_and_handles_edge_cases(trained):
+    translator = Translator.load(trained.run_dir, device="cpu")
+    sources = [de for de, _ in builtin_corpus("test")[:12]]
+    batch = translator.translate(sources)
+    assert len(batch) == 12 and all(isinstance(t, str) for t in batch)
+    assert translator.translate(sources[3]) == batch[3]  # a single string gives a single string
+    assert translator.translate(["", sources[0]])[0] == ""  # an empty line stays empty
+    assert translator.translate([]) == []
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batched_translation_equals_one_sentence_at_a_time(trained, beam_size):
+    translator = Translator.load(trained.run_dir, device="cpu", beam_size=beam_size)
+    sources = translator.vocabs.source.encode_batch([de for de, _ in builtin_corpus("test")[:10]])
+    batched = translator.translate_ids(sources, batch_tokens=200)
+    for ids, out in zip(sources, batched, strict=True):
+        src = torch.tensor([ids])
+        with torch.no_grad():
+            if beam_size == 1:
+                single = greedy_decode(translator.model, src, use_cache=False)[0].tolist()
+            else:
+                single = beam_search(translator.model, src, beam_size=beam_size, use_cache=False)[0]
+        assert [t for t in single if t > 2] == out
+
+
+def test_load_reads_the_recipe_and_finds_the_vocabulary(trained):
+    translator = Translator.load(trained.run_dir / "model.pt", device="cpu")
+    assert (translator.beam_size, translator.alpha) == (trained.recipe.beam_size, trained.recipe.alpha)
+    step = Translator.load(checkpoint_paths(trained.run_dir / "checkpoints")[-1], device="cpu")
+    assert step.vocabs.sha256() == translator.vocabs.sha256()  # found above checkpoints/
+
+
+def test_a_vocabulary_of_another_run_is_refused(trained, tmp_path):
+    other = build_vocabularies(builtin_corpus("train")[:200], "bpe", 300)
+    other.save(tmp_path / "other.json")
+    with pytest.raises(VocabularyError, match="not the vocabulary"):
+        Translator.load(trained.run_dir, tmp_path / "other.json", device="cpu")
+    smaller = build_vocabularies(builtin_corpus("train")[:50], "bpe", 120)
+    with pytest.raises(VocabularyError, match="expects vocabularies"):
+        Translator(trained.model, smaller, device="cpu")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Translator.load(tmp_path / "missing", device="cpu")
+
+
+# --- BLEU and attention --------------------------------------------------------------------------
+
+
+def test_bleu_is_sacrebleus_with_its_signature():
+    hypotheses = ["The cat sat on the mat.", "A dog runs in the park."]
+    references = ["The cat sat on a mat.", "A dog is running in the park."]
+    score, signature = bleu(hypotheses, references)
+    assert score.score == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert "case:mixed" in signature and "tok:13a" in signature and "nrefs:1" in signature
+    lower, lower_signature = bleu([h.upper() for h in hypotheses], references, lowercase=True)
+    assert lower.score == pytest.approx(score.score) and "case:lc" in lower_signature
+    assert bleu(references, references)[0].score == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        bleu(hypotheses, references[:1])
+
+
+def test_evaluate_bleu_reports_both_scores(trained):
+    translator = Translator.load(trained.run_dir, device="cpu", beam_size=1)
+    pairs = builtin_corpus("test")[:15]
+    evaluation = evaluate_bleu(translator, pairs)
+    assert evaluation.sentences == 15 and len(evaluation.hypotheses) == 15
+    assert evaluation.references == [en for _, en in pairs]
+    expected = sacrebleu.corpus_bleu(evaluation.hypotheses, [evaluation.references]).score
+    assert evaluation.bleu == pytest.approx(expected)
+    assert "case:lc" in evaluation.signature_lowercase
+    assert set(evaluation.summary()) >= {"bleu", "bleu_lowercase", "signature", "sentences", "seconds"}
+
+
+def test_attention_maps_shapes_masks_and_rows(trained):
+    model = trained.model
+    source, target = [5, 6, 7, 8, 9], [10, 11, 12]
+    maps = attention_maps(model, source, target)
+    layers, heads = model.config.n_layers, model.config.n_heads
+    assert maps["encoder"].shape == (layers, heads, 5, 5)
+    assert maps["decoder"].shape == (layers, heads, 4, 4)  # [BOS] + target
+    assert maps["cross"].shape == (layers, heads, 4, 5)
+    for weights in maps.values():
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    upper = torch.triu(torch.ones(4, 4, dtype=torch.bool), diagonal=1)
+    assert maps["decoder"][..., upper].abs().max() == 0
+    # The model is left as it was: fused attention again, no weights kept.
+    assert all(
+        not layer.self_attn.store_weights and layer.self_attn.weights is None
+        for layer in model.encoder.layers
+    )
+
+
+def test_recipe_json_round_trips(trained):
+    saved = json.loads((trained.run_dir / "recipe.json").read_text())
+    assert saved == dataclasses.asdict(trained.recipe)
