@@ -186,7 +186,7 @@ def test_train_errors(run, tmp_path, capsys):
     assert "use a new --run-dir" in message
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-model", "30", "--heads", "4")
     assert "d_model=30 is not divisible by n_heads=4" in message
-    assert "checkpoint_every must be at least 1" in fails(
+    assert "--checkpoint-every must be at least 1" in fails(
         capsys, "train", "--run-dir", tmp_path / "x", "--checkpoint-every", "0"
     )
     assert not (tmp_path / "x").exists()  # refused before anything was written
