@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 
 from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch
+from .distributed import shard_batches
 
 # %% ../book/13_tokenization.ipynb #ad4f37b5
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # at indices PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -608,8 +609,8 @@ def token_batches(
 
     def epoch_batches(epoch: int) -> BatchSequence:
         batches = batch_by_tokens(lengths, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch)
-        if world_size > 1:
-            batches = batches[rank::world_size][: len(batches) // world_size]
+        if world_size > 1:  # every rank computes the same batches and keeps its share (chapter 15)
+            batches = shard_batches(batches, rank, world_size)
         return BatchSequence(data, batches, pin_memory=pin_memory)
 
     return epoch_batches
