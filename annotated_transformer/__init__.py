@@ -19,7 +19,11 @@ __all__ = ['attention', 'padding_mask', 'subsequent_mask', 'target_mask', 'Multi
            'build_vocabularies', 'encode_pairs', 'cached_encode_pairs', 'token_batches', 'Recipe', 'RECIPES',
            'get_recipe', 'train_translation', 'Translator', 'bleu', 'evaluate_bleu', 'attention_maps', 'plot_attention',
            'DistributedContext', 'init_distributed', 'shutdown_distributed', 'shard_batches',
-           'DistributedTokenBatchSampler']
+           'DistributedTokenBatchSampler', 'SelfAttentionLayer', 'RestrictedSelfAttentionLayer', 'RecurrentLayer',
+           'ConvolutionalLayer', 'SeparableConvolutionalLayer', 'band_mask', 'local_attention', 'make_layer',
+           'layer_flops', 'measure_layer', 'sequential_products', 'measure_path_length', 'Variant', 'Scale', 'SCALES',
+           'table3_variants', 'run_variants', 'results_table', 'check_claims', 'plot_variations', 'layer_norm_variants',
+           'stability', 'layer_gradient_norms']
 
 # %% ../book/01_introduction.ipynb #85c4e38c
 __version__ = "0.1.0"
@@ -50,6 +54,13 @@ from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_r
 from .translation import attention_maps, plot_attention, train_translation
 from .distributed import DistributedContext, DistributedTokenBatchSampler
 from .distributed import init_distributed, shard_batches, shutdown_distributed
+from .why_self_attention import ConvolutionalLayer, RecurrentLayer, SelfAttentionLayer
+from .why_self_attention import RestrictedSelfAttentionLayer, SeparableConvolutionalLayer
+from .why_self_attention import band_mask, layer_flops, local_attention, make_layer
+from .why_self_attention import measure_layer, measure_path_length, sequential_products
+from .variations import SCALES, Scale, Variant, check_claims, plot_variations
+from .variations import results_table, run_variants, table3_variants
+from .layer_norm import layer_gradient_norms, layer_norm_variants, stability
 
 _all_ = [
     # §3: the model
@@ -142,4 +153,28 @@ _all_ = [
     "shutdown_distributed",
     "shard_batches",
     "DistributedTokenBatchSampler",
+    # §4 and §6.2: the paper's analysis, run again
+    "SelfAttentionLayer",
+    "RestrictedSelfAttentionLayer",
+    "RecurrentLayer",
+    "ConvolutionalLayer",
+    "SeparableConvolutionalLayer",
+    "band_mask",
+    "local_attention",
+    "make_layer",
+    "layer_flops",
+    "measure_layer",
+    "sequential_products",
+    "measure_path_length",
+    "Variant",
+    "Scale",
+    "SCALES",
+    "table3_variants",
+    "run_variants",
+    "results_table",
+    "check_claims",
+    "plot_variations",
+    "layer_norm_variants",
+    "stability",
+    "layer_gradient_norms",
 ]

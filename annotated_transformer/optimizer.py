@@ -12,12 +12,14 @@ import torch
 from torch import nn
 
 # %% ../book/07_optimizer.ipynb #34a9d486
-def rate(step: int, d_model: int = 512, warmup: int = 4000, factor: float = 1.0) -> float:
+def rate(step: int, d_model: int = 512, warmup: int = 4000, factor: float = 1.0, ramp: bool = True) -> float:
     """The learning rate of optimizer step `step` (1, 2, ...), paper §5.3 equation (3):
 
     lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 
     It rises linearly for `warmup` steps, peaks at step = warmup, then decays as step^-0.5.
+    `ramp=False` removes the warmup and nothing else (an ablation, chapter 19): the peak rate from
+    the first step, factor * d_model^-0.5 * min(step^-0.5, warmup^-0.5).
     """
     if step < 1:
         raise ValueError(f"step counts optimizer steps from 1, got {step}")
@@ -25,19 +27,20 @@ def rate(step: int, d_model: int = 512, warmup: int = 4000, factor: float = 1.0)
         raise ValueError(f"warmup must be at least 1 step, got {warmup}")
     if d_model < 1:
         raise ValueError(f"d_model must be a positive integer, got {d_model}")
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    rising = step * warmup**-1.5 if ramp else warmup**-0.5
+    return factor * d_model**-0.5 * min(step**-0.5, rising)
 
 # %% ../book/07_optimizer.ipynb #09928db3
 class _Rate:
     """rate(s + 1) as a callable object, so that LambdaLR's state_dict records its settings."""
 
-    def __init__(self, d_model: int, warmup: int, factor: float) -> None:
-        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+    def __init__(self, d_model: int, warmup: int, factor: float, ramp: bool = True) -> None:
+        self.d_model, self.warmup, self.factor, self.ramp = d_model, warmup, factor, ramp
 
     def __call__(self, scheduler_step: int) -> float:
         # LambdaLR calls this with 0 at construction and n after the n-th scheduler.step():
         # the learning rate used by the (n + 1)-th optimizer step.
-        return rate(scheduler_step + 1, self.d_model, self.warmup, self.factor)
+        return rate(scheduler_step + 1, self.d_model, self.warmup, self.factor, getattr(self, "ramp", True))
 
 
 def make_optimizer(
@@ -47,10 +50,11 @@ def make_optimizer(
     factor: float = 1.0,
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
+    ramp: bool = True,
 ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 and the warmup schedule of paper §5.3.
 
-    The n-th optimizer step (n = 1, 2, ...) uses the learning rate rate(n, d_model, warmup, factor).
+    The n-th optimizer step (n = 1, 2, ...) uses the learning rate rate(n, d_model, warmup, factor, ramp).
     Call `scheduler.step()` once after every `optimizer.step()`, not once per micro-batch.
     `d_model` defaults to `model.config.d_model`.
     """
@@ -69,5 +73,5 @@ def make_optimizer(
     # time saved on a CPU. It exists for CPU and CUDA tensors (torch >= 2.4).
     fused = bool(parameters) and all(p.device.type in ("cpu", "cuda") for p in parameters)
     optimizer = torch.optim.Adam(parameters, lr=1.0, betas=betas, eps=eps, fused=fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _Rate(d_model, warmup, factor))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _Rate(d_model, warmup, factor, ramp))
     return optimizer, scheduler

@@ -54,9 +54,11 @@ class TrainConfig:
     max_steps: int = 100_000  # optimizer steps (§5.2: 100k for the base model)
     accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)
     warmup: int = 4000  # §5.3
+    warmup_ramp: bool = True  # False: the peak learning rate from step 1 (no warmup; chapter 19)
     lr_factor: float = 1.0  # multiplies the §5.3 learning rate (1 = the paper)
     label_smoothing: float = 0.1  # ε_ls, §5.4
     clip_grad_norm: float | None = None  # not in the paper; None = no clipping
+    track_grad_norm: bool = False  # report the gradient norm of every step even without clipping
     precision: Precision = "fp32"  # "bf16" (CPU or CUDA) or "fp16" (CUDA, with a gradient scaler)
     compile: bool = False  # torch.compile the model's forward pass
     log_every: int = 100  # optimizer steps between log lines (0 = never)
@@ -115,7 +117,7 @@ class StepStats:
     nll: float  # cross-entropy per target token, without smoothing (what perplexity is made of)
     n_tokens: int  # target tokens in the whole accumulated batch
     lr: float  # the learning rate this step used
-    grad_norm: float | None  # before clipping; computed only when clipping is on
+    grad_norm: float | None  # before clipping; only with clip_grad_norm or track_grad_norm
 
 
 def _rank_and_world_size() -> tuple[int, int]:
@@ -150,7 +152,7 @@ class Trainer:
         self.model = model.to(self.device)
         self.pad = pad
         self.optimizer, self.scheduler = make_optimizer(
-            model, model.config.d_model, warmup=config.warmup, factor=config.lr_factor
+            model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp
         )
         self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
         autocast_context(self.device, config.precision)  # a bad precision fails here, not at step 1
@@ -201,9 +203,10 @@ class Trainer:
         if self.ddp is not None:  # report the global batch, the same on every rank
             loss, nll = self._sum_over_ranks(loss, nll)
         grad_norm = None
-        if self.config.clip_grad_norm is not None:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm).item()
+        if self.config.clip_grad_norm is not None or self.config.track_grad_norm:
+            self.scaler.unscale_(self.optimizer)  # clip (or measure) the true gradients, not the scaled ones
+            limit = self.config.clip_grad_norm if self.config.clip_grad_norm is not None else math.inf
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), limit).item()
         lr = self.optimizer.param_groups[0]["lr"]
         self.scaler.step(self.optimizer)
         self.scaler.update()

@@ -26,6 +26,7 @@ from .batching import BOS, EOS, PAD, make_batch
 from .data import CORPORA, corpus
 from .decoding import average_checkpoints, beam_search, greedy_decode
 from .model import Transformer, TransformerConfig, make_model
+from .multi_head_attention import head_dims
 from .tokenization import Vocabularies, VocabularyError, VocabKind, build_vocabularies
 from .tokenization import cached_encode_pairs, token_batches, atomic_write_text
 from .training import StepStats, Trainer, TrainConfig, checkpoint_paths, default_device
@@ -46,11 +47,16 @@ class Recipe:
     d_model: int = 256
     d_ff: int = 1024
     n_heads: int = 4
+    d_k: int | None = None  # per-head query/key size (Table 3 rows A, B); None: d_model // n_heads
+    d_v: int | None = None  # per-head value size; None: d_model // n_heads
     dropout: float = 0.1
+    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned" (Table 3 row E)
+    norm_position: str = "post"  # "post": the paper's LayerNorm(x + Sublayer(x)); "pre": chapter 19
     max_tokens: int = 3000  # padded source or target tokens per batch, per process (§5.1: 25000)
     accumulate: int = 1
     max_steps: int = 1000
     warmup: int = 300
+    warmup_ramp: bool = True  # False: no warmup, the peak learning rate from step 1 (chapter 19)
     lr_factor: float = 0.5
     label_smoothing: float = 0.1
     checkpoint_every: int = 100
@@ -72,6 +78,11 @@ class Recipe:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be positive (or None: no time limit), got {self.max_minutes}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.norm_position not in ("post", "pre"):
+            raise ValueError(f"norm_position must be 'post' or 'pre', got {self.norm_position!r}")
+        head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)  # raises on impossible head sizes
 
     def model_config(self, vocabs: Vocabularies) -> TransformerConfig:
         return TransformerConfig(
@@ -81,7 +92,11 @@ class Recipe:
             d_model=self.d_model,
             d_ff=self.d_ff,
             n_heads=self.n_heads,
+            d_k=self.d_k,
+            d_v=self.d_v,
             dropout=self.dropout,
+            positional=self.positional,
+            norm_position=self.norm_position,
             share_embeddings=vocabs.shared,
         )
 
@@ -90,6 +105,7 @@ class Recipe:
             max_steps=self.max_steps,
             accumulate=self.accumulate,
             warmup=self.warmup,
+            warmup_ramp=self.warmup_ramp,
             lr_factor=self.lr_factor,
             label_smoothing=self.label_smoothing,
             precision=self.precision,
@@ -100,6 +116,7 @@ class Recipe:
             progress=progress,
             seed=self.seed,
             log_every=max(1, self.max_steps // 20) if progress else 0,
+            track_grad_norm=True,  # recorded in history.json: how stable the training was (chapter 19)
         )
 
 
@@ -245,7 +262,8 @@ def _check_recipe(run_dir: Path, recipe: Recipe) -> None:
     path = run_dir / "recipe.json"
     ours = dataclasses.asdict(recipe)
     if path.exists():
-        saved = _read_json(path)
+        # A field the saved recipe lacks was added to Recipe later: the run used its default.
+        saved = {**dataclasses.asdict(Recipe()), **_read_json(path)}
         changed = sorted(k for k in ours if saved.get(k) != ours[k] and k not in RESUMABLE_FIELDS)
         if changed:
             details = ", ".join(f"{k}: {saved.get(k)!r} -> {ours[k]!r}" for k in changed)
@@ -322,6 +340,7 @@ def train_translation(
                 "nll": stats.nll,
                 "lr": stats.lr,
                 "tokens": stats.n_tokens,
+                "grad_norm": stats.grad_norm,
                 "minutes": minutes,
             }
         )

@@ -231,6 +231,8 @@ def test_translate_and_evaluate_errors(run, tmp_path, capsys):
         ("evaluate", ["RUN_DIR_OR_CHECKPOINT", "--corpus", "--split", "--data-dir", "--no-download",
                       "--beam-size", "--limit", "--output", "--vocab", "--device"]),
         ("average", ["CHECKPOINT", "--last", "--output"]),
+        ("experiment", ["table3", "layer-norm", "--scale", "--out", "--rows", "--workers", "--device",
+                        "--data-dir", "quick", "small", "medium", "paper"]),
     ],
 )
 def test_help_of_each_command(capsys, command, options):
@@ -244,3 +246,47 @@ def test_help_of_each_command(capsys, command, options):
         assert "--layers" in options and "--heads" in options and "--max-steps" in options
     for option in options:
         assert option in help_text, option
+
+
+# --- options of new recipe fields, and experiment ---------------------------------------------------
+
+
+def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
+    from annotated_transformer.__main__ import build_parser, recipe_from_args
+
+    args = build_parser().parse_args(
+        ["train", "--max-minutes", "2.5", "--d-k", "16", "--d-v", "8", "--positional", "learned",
+         "--norm-position", "pre", "--no-warmup-ramp"]
+    )
+    recipe = recipe_from_args(args)
+    assert (recipe.max_minutes, recipe.d_k, recipe.d_v) == (2.5, 16, 8)
+    assert (recipe.positional, recipe.norm_position, recipe.warmup_ramp) == ("learned", "pre", False)
+
+
+def test_bad_values_of_new_fields_name_the_option(tmp_path, capsys):
+    message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-k", "0")
+    assert "--d-k must be a positive integer or None, got 0" in message
+    with pytest.raises(SystemExit):
+        main(["train", "--positional", "rotary"])
+    assert "invalid choice: 'rotary'" in capsys.readouterr().err
+
+
+def test_experiment_trains_the_rows_asked_for_and_reads_them_back(tmp_path, capsys):
+    out = tmp_path / "experiments"
+    command = ["experiment", "table3", "--scale", "quick", "--rows", "E", "--out", str(out)]
+    assert main([*command, "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "(E) learned positions" in printed and "| E | learned positions |" in printed
+    results = json.loads((out / "table3.json").read_text())
+    assert [r["name"] for r in results] == ["(E) learned positions"]
+    assert (out / results[0]["run"] / "model.pt").is_file()
+    assert main(command) == 0
+    assert json.loads((out / "table3.json").read_text()) == results  # read back, not trained again
+
+
+def test_experiment_errors(tmp_path, capsys):
+    message = fails(capsys, "experiment", "table3", "--scale", "quick", "--rows", "F", "--out", tmp_path)
+    assert "unknown row(s) ['F']" in message and "'A'" in message
+    with pytest.raises(SystemExit):
+        main(["experiment", "table4"])
+    assert "invalid choice: 'table4'" in capsys.readouterr().err

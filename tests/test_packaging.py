@@ -88,6 +88,20 @@ PUBLIC_API = [
     "PositionwiseFeedForward",
     "LearnedPositionalEmbedding",
     "count_parameters",
+    # §4 and §6.2: the paper's analysis
+    "make_layer",
+    "layer_flops",
+    "measure_layer",
+    "sequential_products",
+    "measure_path_length",
+    "SelfAttentionLayer",
+    "RecurrentLayer",
+    "table3_variants",
+    "run_variants",
+    "SCALES",
+    "check_claims",
+    "layer_norm_variants",
+    "stability",
 ]
 
 # The first code cell of every chapter (see .authoring/CONTEXT.md): it makes the notebook run on Colab.

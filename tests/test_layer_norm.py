@@ -1,0 +1,145 @@
+"""Post-LN against pre-LN (chapter 19, book/19_layer_norm.ipynb), and the switches it needs: the
+schedule without warmup (chapter 7), the gradient norm of every step (chapter 9), and the new
+recipe fields (chapter 14)."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+from helpers import small_config
+
+from annotated_transformer.batching import copy_task, make_batch
+from annotated_transformer.layer_norm import layer_gradient_norms, layer_norm_variants, smooth, stability
+from annotated_transformer.model import make_model
+from annotated_transformer.optimizer import make_optimizer, rate
+from annotated_transformer.training import TrainConfig, Trainer
+from annotated_transformer.translation import RECIPES, _check_recipe
+from annotated_transformer.variations import SCALES
+
+
+def test_rate_without_ramp_holds_the_peak_then_decays_as_before():
+    peak = rate(100, 128, 100, 0.5)
+    for step in (1, 2, 50, 100):
+        assert rate(step, 128, 100, 0.5, ramp=False) == pytest.approx(peak)
+    for step in (101, 400, 10_000):
+        assert rate(step, 128, 100, 0.5, ramp=False) == pytest.approx(rate(step, 128, 100, 0.5))
+    assert rate(1, 128, 100, 0.5) < peak / 50  # the ramp's first step is tiny
+
+
+def test_make_optimizer_without_ramp_starts_at_the_peak():
+    model = make_model(small_config())
+    optimizer, scheduler = make_optimizer(model, warmup=10, factor=2.0, ramp=False)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(rate(10, model.config.d_model, 10, 2.0))
+    state = scheduler.state_dict()
+    assert state["lr_lambdas"][0]["ramp"] is False  # the checkpoint records the schedule
+
+
+def test_trainer_reports_the_gradient_norm_when_asked():
+    torch.manual_seed(0)
+    model = make_model(small_config(dropout=0.0))
+    batch = make_batch(copy_task(4, 20, seed=0))
+    plain = Trainer(model, TrainConfig(warmup=5, progress=False, log_every=0), device="cpu")
+    assert plain.train_step([batch]).grad_norm is None
+    tracked = Trainer(model, TrainConfig(warmup=5, progress=False, log_every=0, track_grad_norm=True), "cpu")
+    stats = tracked.train_step([batch])
+    assert stats.grad_norm is not None and stats.grad_norm > 0 and math.isfinite(stats.grad_norm)
+
+
+def test_trainer_without_ramp_uses_the_peak_rate_at_step_one():
+    model = make_model(small_config())
+    trainer = Trainer(model, TrainConfig(warmup=20, lr_factor=1.0, warmup_ramp=False, progress=False), "cpu")
+    stats = trainer.train_step([make_batch(copy_task(2, 20, seed=1))])
+    assert stats.lr == pytest.approx(rate(20, model.config.d_model, 20, 1.0))
+
+
+def test_recipe_fields_reach_the_model_and_the_trainer(tmp_path):
+    recipe = dataclasses.replace(RECIPES["builtin"], d_k=8, d_v=16, positional="learned", norm_position="pre",
+                                 warmup_ramp=False)
+
+    class Vocab:  # the two sizes model_config reads
+        def __init__(self, n):
+            self.vocab = list(range(n))
+
+    class Vocabs:
+        source = target = Vocab(50)
+        shared = True
+
+    config = recipe.model_config(Vocabs())
+    assert (config.d_k, config.d_v, config.positional, config.norm_position) == (8, 16, "learned", "pre")
+    train = recipe.train_config(tmp_path)
+    assert train.warmup_ramp is False and train.track_grad_norm is True
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [({"positional": "rotary"}, "positional"), ({"norm_position": "middle"}, "norm_position"),
+     ({"n_heads": 3}, "d_model"), ({"d_k": 0}, "d_k")],
+)
+def test_bad_new_recipe_fields_are_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(RECIPES["builtin"], **changes)
+
+
+def test_a_run_saved_before_the_new_fields_existed_still_resumes(tmp_path):
+    recipe = RECIPES["builtin"]
+    old = dataclasses.asdict(recipe)
+    for name in ("d_k", "d_v", "positional", "norm_position", "warmup_ramp"):
+        del old[name]
+    (tmp_path / "recipe.json").write_text(json.dumps(old))
+    _check_recipe(tmp_path, recipe)  # the defaults are what that run used: no error
+    with pytest.raises(ValueError, match="norm_position"):
+        _check_recipe(tmp_path, dataclasses.replace(recipe, norm_position="pre"))
+
+
+def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():
+    base = SCALES["small"].base
+    variants = layer_norm_variants(base)
+    assert len(variants) == 8
+    recipes = [v.recipe(base) for v in variants]
+    assert {(r.n_layers, r.norm_position, r.warmup_ramp) for r in recipes} == {
+        (n, norm, ramp) for n in (3, 6) for norm in ("post", "pre") for ramp in (True, False)
+    }
+    for recipe in recipes:
+        assert dataclasses.replace(recipe, n_layers=3, norm_position="post", warmup_ramp=True) == base
+    assert variants[0].slug(base) == "base"  # the paper's setting is chapter 18's base run
+    assert len({v.slug(base) for v in variants}) == 8
+    assert {r.n_layers for r in (v.recipe(base) for v in layer_norm_variants(base, (2, 4)))} == {2, 4}
+
+
+def test_smooth_is_a_running_mean():
+    assert smooth([1, 2, 3, 4, 5], 2) == [1, 1.5, 2.5, 3.5, 4.5]
+    assert smooth([4.0], 10) == [4.0]
+
+
+def history(losses, norms=None):
+    norms = norms or [1.0] * len(losses)
+    pairs = enumerate(zip(losses, norms, strict=True))
+    return [{"step": i + 1, "loss": x, "grad_norm": g} for i, (x, g) in pairs]
+
+
+def test_stability_of_a_smooth_run_and_of_one_that_blew_up():
+    good = stability(history([9 - 0.05 * i for i in range(100)]), window=5)
+    assert not good["diverged"] and good["rise_from_best"] == pytest.approx(0.0)
+    assert good["final_loss"] == pytest.approx(9 - 0.05 * 97)
+    losses = [9 - 0.05 * i for i in range(60)] + [8.0] * 40
+    bad = stability(history(losses, [1.0] * 60 + [50.0] * 40), window=5)
+    assert bad["rise_from_best"] == pytest.approx(8.0 - (9 - 0.05 * 57)) and bad["max_grad_norm"] == 50.0
+    nan = stability(history([9.0, 8.0, float("nan"), 7.0]), window=2)
+    assert nan["diverged"]
+    with pytest.raises(ValueError, match="empty"):
+        stability([])
+
+
+def test_gradient_norms_per_layer():
+    torch.manual_seed(0)
+    batch = make_batch(copy_task(4, 20, seed=0))
+    norms = {}
+    for position in ("post", "pre"):
+        torch.manual_seed(0)
+        model = make_model(small_config(n_layers=3, dropout=0.0, norm_position=position))
+        norms[position] = layer_gradient_norms(model, batch)
+        assert [len(norms[position][k]) for k in ("encoder", "decoder")] == [3, 3]
+        assert all(x > 0 for x in norms[position]["encoder"] + norms[position]["decoder"])
+    assert norms["post"] != norms["pre"]
