@@ -106,7 +106,7 @@ def test_scheduler_state_round_trip():
         optimizer.step()
         scheduler.step()
     state = scheduler.state_dict()
-    assert state["lr_lambdas"] == [{"d_model": 16, "warmup": 7, "factor": 1.0}]
+    assert state["lr_lambdas"] == [{"d_model": 16, "warmup": 7, "factor": 1.0, "ramp": True}]
     new_optimizer, new_scheduler = make_optimizer(model, warmup=7)
     new_optimizer.load_state_dict(optimizer.state_dict())
     new_scheduler.load_state_dict(state)
