@@ -22,13 +22,14 @@ BOOK_FLAGS := -W -n --keep-going --all
 LINT_PATHS := book annotated_transformer tests tools benchmarks
 
 .DEFAULT_GOAL := help
-.PHONY: help setup main test lint unit nbval book bench export notebooks clean distclean
+.PHONY: help setup main test lint unit nbval book bench export notebooks clean distclean test-cpus
 
 help:
 	@echo "make main       set up .venv if needed, then train, evaluate and use a translator (built-in corpus)"
 	@echo "make test       set up, then ruff, unit tests, nbval over every notebook, the book build (-W)"
 	@echo "make setup      create .venv (python3) and install torch==$(TORCH_VERSION) and the package [dev]"
 	@echo "make book       build the Jupyter Book into _build/html (warnings are errors)"
+	@echo "make test-cpus  nbval and unit tests under every CPU kernel family (ATEN_CPU_CAPABILITY)"
 	@echo "make bench      run the speed benchmarks (benchmarks/run_all.py; minutes, prints a table)"
 	@echo "make export     regenerate annotated_transformer/ from the notebooks in book/ (nbdev-export)"
 	@echo "make notebooks  export, then re-execute every notebook in place (fresh committed outputs)"
@@ -88,6 +89,11 @@ nbval: setup
 
 book: setup
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+
+# The checked outputs must not depend on the CPU: nbval and the unit tests once under each float32
+# kernel family this CPU has (ATEN_CPU_CAPABILITY=default, avx2, avx512). About 6 minutes a family.
+test-cpus: setup
+	$(BIN)/python tools/check_cpu_kernels.py
 
 # --- benchmarks (speed goals live here, never in the tests) -------------------------------------
 

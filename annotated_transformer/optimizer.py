@@ -18,7 +18,7 @@ def rate(step: int, d_model: int = 512, warmup: int = 4000, factor: float = 1.0,
     lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 
     It rises linearly for `warmup` steps, peaks at step = warmup, then decays as step^-0.5.
-    `ramp=False` removes the warmup and nothing else (an ablation, chapter 19): the peak rate from
+    `ramp=False` removes the warmup and nothing else (an ablation, chapter 18): the peak rate from
     the first step, factor * d_model^-0.5 * min(step^-0.5, warmup^-0.5).
     """
     if step < 1:

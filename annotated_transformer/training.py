@@ -54,7 +54,7 @@ class TrainConfig:
     max_steps: int = 100_000  # optimizer steps (§5.2: 100k for the base model)
     accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)
     warmup: int = 4000  # §5.3
-    warmup_ramp: bool = True  # False: the peak learning rate from step 1 (no warmup; chapter 19)
+    warmup_ramp: bool = True  # False: the peak learning rate from step 1 (no warmup; chapter 18)
     lr_factor: float = 1.0  # multiplies the §5.3 learning rate (1 = the paper)
     label_smoothing: float = 0.1  # ε_ls, §5.4
     clip_grad_norm: float | None = None  # not in the paper; None = no clipping
@@ -138,7 +138,7 @@ class Trainer:
 
     When torch.distributed runs several processes (ranks), each rank trains on its own batches
     through DistributedDataParallel, and a step on k ranks gives exactly the gradient of one process
-    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 15).
+    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 14).
     `self.model` is always the plain model.
     """
 
@@ -232,7 +232,7 @@ class Trainer:
         called after every step; returning True stops training. Returns every step's stats.
 
         In a distributed run, every rank calls `fit` with its own share of each epoch, as many
-        batches on every rank (chapter 15's `shard_batches`), and `on_step` must decide the same
+        batches on every rank (chapter 14's `shard_batches`), and `on_step` must decide the same
         on every rank (the stats it gets are the global batch's, the same everywhere).
         """
         config, history = self.config, []

@@ -1,4 +1,4 @@
-"""The command line (chapter 16, book/16_command_line.ipynb): `python -m annotated_transformer
+"""The command line (chapter 15, book/15_command_line.ipynb): `python -m annotated_transformer
 train | translate | evaluate | average`."""
 
 import dataclasses

@@ -1,6 +1,6 @@
-"""Post-LN against pre-LN (chapter 19, book/19_layer_norm.ipynb), and the switches it needs: the
+"""Post-LN against pre-LN (chapter 18, book/18_layer_norm.ipynb), and the switches it needs: the
 schedule without warmup (chapter 7), the gradient norm of every step (chapter 9), and the new
-recipe fields (chapter 14)."""
+recipe fields (chapter 13)."""
 
 import dataclasses
 import json
@@ -103,7 +103,7 @@ def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():
     }
     for recipe in recipes:
         assert dataclasses.replace(recipe, n_layers=3, norm_position="post", warmup_ramp=True) == base
-    assert variants[0].slug(base) == "base"  # the paper's setting is chapter 18's base run
+    assert variants[0].slug(base) == "base"  # the paper's setting is chapter 17's base run
     assert len({v.slug(base) for v in variants}) == 8
     assert {r.n_layers for r in (v.recipe(base) for v in layer_norm_variants(base, (2, 4)))} == {2, 4}
 

@@ -303,14 +303,15 @@ def test_notebook_starts_as_a_chapter(path):
     )
 
 
-def test_every_notebook_is_in_the_book_and_readme():
+def toc_chapters() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"]] + [
-        chapter["file"] for part in toc.get("parts", []) for chapter in part.get("chapters", [])
-    ]
-    in_toc = sorted(str(Path(file).with_suffix("")) for file in files)
+    return [chapter["file"] for part in toc.get("parts", []) for chapter in part.get("chapters", [])]
+
+
+def test_every_notebook_is_in_the_book_and_readme():
+    in_toc = [str(Path(file).with_suffix("")) for file in toc_chapters()]
     on_disk = sorted(str(path.relative_to(ROOT).with_suffix("")) for path in NOTEBOOKS)
-    assert in_toc == on_disk, f"_toc.yml lists {in_toc}, book/ has {on_disk}"
+    assert in_toc == on_disk, f"_toc.yml lists {in_toc} in this order, book/ has {on_disk}"
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     colab = "https://colab.research.google.com/github/annotated-transformer/annotated-transformer/blob/main/"
@@ -390,3 +391,22 @@ def test_wheel_builds_and_works_on_its_own(tmp_path):
         f"imported {location}, not the wheel installed in {target}"
     )
     assert int(parameters) > 0
+
+
+def test_chapters_are_numbered_without_a_gap():
+    """The sidebar numbers the chapters (every part `numbered`, the numbers running on across parts),
+    the file names carry the same numbers, and every "chapter N" the prose cites exists."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    unnumbered = [part["caption"] for part in toc["parts"] if part.get("numbered") is not True]
+    assert not unnumbered, f"every part of _toc.yml must be numbered: {unnumbered}"
+    numbers = [int(Path(file).name.split("_")[0]) for file in toc_chapters()]
+    assert numbers == list(range(1, len(numbers) + 1)), f"chapter numbers in _toc.yml order: {numbers}"
+    cited = re.compile(r"\b[Cc]hapters?[ ~]+(\d+(?:\s*(?:,|and|or|–|-|to)\s*\d+)*)")
+    texts = {path.name: "".join(source(cell) for cell in load_notebook(path)["cells"]) for path in NOTEBOOKS}
+    texts["README.md"] = (ROOT / "README.md").read_text(encoding="utf-8")
+    texts.update({path.name: path.read_text(encoding="utf-8") for path in (ROOT / "tests").glob("*.py")})
+    wrong = sorted(
+        {f"{name}: chapter {n}" for name, text in texts.items() for match in cited.finditer(text)
+         for n in map(int, re.findall(r"\d+", match.group(1))) if not 1 <= n <= len(numbers)}
+    )
+    assert not wrong, f"the prose cites chapters the book does not have: {wrong}"
