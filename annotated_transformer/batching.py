@@ -41,11 +41,14 @@ class Batch:
     src_mask: Tensor
     tgt_mask: Tensor
     pad: int = PAD
+    # Real (non-pad) target tokens to predict: what the loss is summed over. A plain int, counted
+    # once when the batch is made (make_batch knows it from the sentence lengths): reading it from
+    # a tensor in every training step would make the host wait for the device (chapter 9).
+    n_tokens: int | None = None
 
-    @property
-    def n_tokens(self) -> int:
-        """Number of real (non-pad) target tokens to predict: what the loss is summed over."""
-        return int((self.tgt_out != self.pad).sum())
+    def __post_init__(self) -> None:
+        if self.n_tokens is None:
+            self.n_tokens = int((self.tgt_out != self.pad).sum())
 
     @property
     def n_src_tokens(self) -> int:
@@ -55,13 +58,18 @@ class Batch:
     def __len__(self) -> int:
         return self.src.size(0)
 
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.src, self.tgt_in, self.tgt_out, self.src_mask, self.tgt_mask
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         """A copy of the batch with every tensor on `device`."""
-        return Batch(
-            *(t.to(device, non_blocking=non_blocking)
-              for t in (self.src, self.tgt_in, self.tgt_out, self.src_mask, self.tgt_mask)),
-            pad=self.pad,
-        )
+        moved = (t.to(device, non_blocking=non_blocking) for t in self.tensors())
+        return Batch(*moved, pad=self.pad, n_tokens=self.n_tokens)
+
+    def pin_memory(self) -> "Batch":
+        """A copy in page-locked host memory, which a GPU copies from without the host waiting
+        (`to(device, non_blocking=True)`)."""
+        return Batch(*(t.pin_memory() for t in self.tensors()), pad=self.pad, n_tokens=self.n_tokens)
 
 # %% ../book/06_batching.ipynb #0a0345f3
 def _check_sequence(ids: Sequence[int], pad: int, what: str) -> None:
@@ -107,7 +115,8 @@ def make_batch(
     src, tgt_in, tgt_out = (torch.tensor(rows, dtype=torch.long) for rows in (src_rows, in_rows, out_rows))
     if device is not None:
         src, tgt_in, tgt_out = src.to(device), tgt_in.to(device), tgt_out.to(device)
-    return Batch(src, tgt_in, tgt_out, padding_mask(src, pad), target_mask(tgt_in, pad), pad)
+    n_tokens = sum(len(t) + 1 for _, t in pairs)  # every target token, and EOS
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, pad), target_mask(tgt_in, pad), pad, n_tokens)
 
 # %% ../book/06_batching.ipynb #aceca743
 def _rng(seed: int, epoch: int) -> random.Random:

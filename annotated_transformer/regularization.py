@@ -31,9 +31,14 @@ def _check_vocab(vocab_size: int, pad: int | None, smooth_pad: bool) -> None:
         raise ValueError("with smooth_pad=False the vocabulary needs at least one class besides pad")
 
 
-def _check_target(target: Tensor, vocab_size: int) -> None:
+def _check_target_dtype(target: Tensor) -> None:
     if target.dtype.is_floating_point or target.dtype == torch.bool or target.is_complex():
         raise ValueError(f"target must hold integer class ids, got dtype {target.dtype}")
+
+
+def _check_target(target: Tensor, vocab_size: int) -> None:
+    """Also reads the ids' range back to the host: not in a training step (chapter 9)."""
+    _check_target_dtype(target)
     if target.numel() and (int(target.min()) < 0 or int(target.max()) >= vocab_size):
         raise ValueError(
             f"target ids must lie in [0, {vocab_size}), got ids from {int(target.min())} to "
@@ -41,7 +46,9 @@ def _check_target(target: Tensor, vocab_size: int) -> None:
         )
 
 
-def _check_logits(logits: Tensor, target: Tensor, vocab_size: int | None = None) -> None:
+def _check_logits(
+    logits: Tensor, target: Tensor, vocab_size: int | None = None, check_ids: bool = True
+) -> None:
     if logits.shape[:-1] != target.shape:
         raise ValueError(
             f"logits (..., V) and target (...) do not match: logits {tuple(logits.shape)}, target "
@@ -52,7 +59,10 @@ def _check_logits(logits: Tensor, target: Tensor, vocab_size: int | None = None)
             f"logits have {logits.size(-1)} classes in their last dimension, the loss was built "
             f"for vocab_size={vocab_size}"
         )
-    _check_target(target, logits.size(-1))
+    if check_ids:
+        _check_target(target, logits.size(-1))
+    else:
+        _check_target_dtype(target)
 
 
 def _upcast(logits: Tensor) -> Tensor:
@@ -115,9 +125,13 @@ class LabelSmoothingLoss(nn.Module):
         """The summed smoothed loss and, from the same log-softmax, the summed plain cross-entropy
         (`token_nll`, detached): a training step needs both, and the log-softmax over a large
         vocabulary is one of its most expensive operations."""
-        _check_logits(logits, target, self.vocab_size)
+        _check_logits(logits, target, self.vocab_size, check_ids=False)  # shapes and dtypes only
         log_probs = F.log_softmax(_upcast(logits), dim=-1)
-        true_class = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        try:
+            true_class = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        except RuntimeError:  # the CPU's "index out of bounds": name the ids (reading them is free now)
+            _check_target(target, self.vocab_size)
+            raise
         # -Σ_c q_c log p_c without building q: (1 - ε) times the true class's term, plus ε/K times
         # the sum over the K classes that share the smoothing mass.
         loss = -(1.0 - self.smoothing) * true_class

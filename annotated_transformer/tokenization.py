@@ -579,10 +579,7 @@ class BatchSequence(Sequence[Batch]):
 
     def _make(self, indices: Sequence[int]) -> Batch:
         batch = make_batch([(self.data.source[i], self.data.target[i]) for i in indices])
-        if self.pin_memory:
-            batch = Batch(*(t.pin_memory() for t in (batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask,
-                                                     batch.tgt_mask)), batch.pad)
-        return batch
+        return batch.pin_memory() if self.pin_memory else batch
 
     def __getitem__(self, index):  # an int gives one Batch, a slice a list of them
         if isinstance(index, slice):

@@ -6,12 +6,13 @@ sacreBLEU, with the attention of every layer and head drawn as in the paper's Fi
 
 # %% auto #0
 __all__ = ['RECIPES', 'RESUMABLE_FIELDS', 'Recipe', 'get_recipe', 'TrainingRun', 'describe_hardware', 'load_vocabularies',
-           'train_translation', 'finish_run', 'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'attention_maps',
-           'plot_attention']
+           'train_translation', 'RunHistory', 'finish_run', 'Translator', 'bleu', 'Evaluation', 'evaluate_bleu',
+           'attention_maps', 'plot_attention']
 
 # %% ../book/13_translation.ipynb #f9e40f8a
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from .tokenization import Vocabularies, VocabularyError, VocabKind, build_vocabu
 from .tokenization import cached_encode_pairs, token_batches, atomic_write_text
 from .training import StepStats, Trainer, TrainConfig, checkpoint_paths, default_device
 from .training import read_checkpoint, save_checkpoint
+from .training import remove_stale_temporaries, resume_newest
 
 # %% ../book/13_translation.ipynb #e29acd6b
 @dataclass(frozen=True)
@@ -210,6 +212,8 @@ class TrainingRun:
     history: list[dict] = field(default_factory=list)
     minutes: float = 0.0  # wall time of the training steps, summed over resumed sessions
     hardware: dict = field(default_factory=dict)  # where it was trained (`describe_hardware`)
+    steps: int = 0  # optimizer steps trained so far (at most recipe.max_steps)
+    out_of_time: bool = False  # True when recipe.max_minutes ended training before max_steps
 
     @property
     def model_path(self) -> Path:
@@ -321,49 +325,78 @@ def train_translation(
     torch.manual_seed(recipe.seed)
     model = make_model(recipe.model_config(vocabs))
     trainer = Trainer(model, recipe.train_config(run_dir / "checkpoints", progress), device=device)
-    history_path = run_dir / "history.json"
-    history = _read_json(history_path) if history_path.exists() else []
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(exist_ok=True)
-    if checkpoint_paths(checkpoints):
-        trainer.resume(checkpoint_paths(checkpoints)[-1])
-        history = [h for h in history if h["step"] <= trainer.step]
-    done_minutes = history[-1]["minutes"] if history else 0.0
-    started = time.perf_counter()
+    for directory in (run_dir, checkpoints):  # what a killed process left half-written
+        remove_stale_temporaries(directory)
+    _, passed_over = resume_newest(trainer, checkpoints)
+    for message in passed_over:
+        print(f"warning: {message}", file=sys.stderr)
+    history = RunHistory(run_dir / "history.json", trainer.step, write=rank == 0)
 
-    def record(stats: StepStats) -> bool:
-        minutes = done_minutes + (time.perf_counter() - started) / 60
-        history.append(
-            {
-                "step": stats.step,
-                "loss": stats.loss,
-                "nll": stats.nll,
-                "lr": stats.lr,
-                "tokens": stats.n_tokens,
-                "grad_norm": stats.grad_norm,
-                "minutes": minutes,
-            }
-        )
-        if stats.step % recipe.checkpoint_every == 0 and rank == 0:
-            atomic_write_text(history_path, json.dumps(history))
-        out_of_time = recipe.max_minutes is not None and minutes >= recipe.max_minutes
-        if world_size > 1:  # every rank must stop at the same step: rank 0's clock decides
-            flag = torch.tensor([float(out_of_time)], device=trainer.device)
-            torch.distributed.broadcast(flag, src=0)
-            out_of_time = bool(flag.item())
-        return out_of_time
+    def out_of_time() -> bool:
+        return recipe.max_minutes is not None and history.minutes() >= recipe.max_minutes
 
-    out_of_time = recipe.max_minutes is not None and done_minutes >= recipe.max_minutes
-    if trainer.step < recipe.max_steps and not out_of_time:
-        trainer.fit(epoch_batches, on_step=record)
+    def on_step(step: int) -> bool:  # the host's clock only: the step need not have finished
+        history.step_done(step)
+        return world_size == 1 and out_of_time()
+
+    def on_log(records: list[StepStats]) -> bool:
+        history.add(records)
+        if trainer.step % recipe.checkpoint_every == 0:
+            history.save()
+        if world_size == 1:
+            return False
+        # Every rank must stop at the same step, so rank 0's clock decides, at the log points.
+        flag = torch.tensor([float(out_of_time())], device=trainer.device)
+        torch.distributed.broadcast(flag, src=0)
+        return bool(flag.item())
+
+    stopped = out_of_time()
+    if trainer.step < recipe.max_steps and not stopped:
+        trainer.fit(epoch_batches, on_log=on_log, on_step=on_step)
+        stopped = trainer.step < recipe.max_steps
         if trainer.step % recipe.checkpoint_every:
             trainer.save_checkpoint()
-    if rank == 0:
-        atomic_write_text(history_path, json.dumps(history))
+    history.save()
     model = finish_run(run_dir, recipe, trainer.model, write=rank == 0)
     hardware = _read_json(hardware_path) if hardware_path.exists() else {}
-    minutes = history[-1]["minutes"] if history else 0.0
-    return TrainingRun(run_dir, recipe, vocabs, model, history, minutes, hardware)
+    return TrainingRun(run_dir, recipe, vocabs, model, history.records, history.minutes_trained(),
+                       hardware, steps=trainer.step, out_of_time=stopped)
+
+
+class RunHistory:
+    """A run's `history.json`: one record per optimizer step (loss, cross-entropy, learning rate,
+    tokens, gradient norm, minutes of training so far), carried across resumed sessions."""
+
+    def __init__(self, path: Path, resumed_step: int, write: bool = True) -> None:
+        self.path, self.write = path, write
+        saved = _read_json(path) if path.exists() else []
+        self.records = [record for record in saved if record["step"] <= resumed_step]
+        self.done_minutes = self.minutes_trained()
+        self.started = time.perf_counter()
+        self.step_minutes: dict[int, float] = {}  # the clock at each step, until its statistics come
+
+    def minutes_trained(self) -> float:
+        """Minutes of training in the records (summed over the sessions that wrote them)."""
+        return self.records[-1]["minutes"] if self.records else 0.0
+
+    def minutes(self) -> float:
+        """Minutes of training so far, this session included."""
+        return self.done_minutes + (time.perf_counter() - self.started) / 60
+
+    def step_done(self, step: int) -> None:
+        self.step_minutes[step] = self.minutes()
+
+    def add(self, records: Sequence[StepStats]) -> None:
+        for r in records:
+            minutes = self.step_minutes.pop(r.step, self.minutes())
+            self.records.append({"step": r.step, "loss": r.loss, "nll": r.nll, "lr": r.lr,
+                                 "tokens": r.n_tokens, "grad_norm": r.grad_norm, "minutes": minutes})
+
+    def save(self) -> None:
+        if self.write:
+            atomic_write_text(self.path, json.dumps(self.records))
 
 
 def finish_run(run_dir: Path, recipe: Recipe, model: Transformer, write: bool = True) -> Transformer:

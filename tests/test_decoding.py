@@ -29,10 +29,10 @@ from annotated_transformer.multi_head_attention import KVCache, MultiHeadAttenti
 from annotated_transformer.training import (
     CheckpointError,
     checkpoint_paths,
+    checkpoint_sha256,
     model_from_checkpoint,
     read_checkpoint,
     save_checkpoint,
-    state_dict_sha256,
 )
 
 VOCAB = 12
@@ -498,7 +498,7 @@ def test_averaging_refuses_different_parameter_names(tmp_path):
     (path,) = write_checkpoints(tmp_path, {1: model})
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["model"]["extra.weight"] = torch.zeros(2)
-    checkpoint["model_sha256"] = state_dict_sha256(checkpoint["model"])
+    checkpoint["sha256"] = checkpoint_sha256(checkpoint)
     torch.save(checkpoint, tmp_path / "renamed.pt")
     with pytest.raises(CheckpointError, match=r"parameter extra\.weight only in renamed\.pt"):
         average_checkpoints([path, tmp_path / "renamed.pt"])

@@ -1,6 +1,8 @@
 """The training loop (chapter 9): gradient accumulation, the schedule, mixed precision,
 compilation, checkpoints (atomic, validated, exactly resumable) and the copy task."""
 
+import contextlib
+import dataclasses
 import os
 from pathlib import Path
 
@@ -16,14 +18,21 @@ from annotated_transformer.training import (
     CheckpointError,
     TrainConfig,
     Trainer,
+    TrainingDiverged,
     autocast_context,
     checkpoint_paths,
+    checkpoint_sha256,
+    compile_forward_loss,
     evaluate,
     load_checkpoint,
     model_from_checkpoint,
     quick_mode,
     read_checkpoint,
+    read_steps,
+    remove_stale_temporaries,
+    resume_newest,
     save_checkpoint,
+    state_dict_sha256,
     train_copy_task,
 )
 
@@ -162,7 +171,7 @@ def test_empty_batches_are_refused():
 def test_fit_counts_steps_and_epochs_and_stops_on_request():
     t = trainer(max_steps=1000, accumulate=2)
     n_batches = len(epoch_batches(0))
-    history = t.fit(epoch_batches, on_step=lambda stats: stats.step == 5)
+    history = t.fit(epoch_batches, on_step=lambda step: step == 5)
     assert len(history) == 5 and t.step == 5
     steps_per_epoch = -(-n_batches // 2)
     assert t.epoch == 5 // steps_per_epoch
@@ -194,9 +203,12 @@ def test_fp16_needs_cuda():
 def test_compiled_model_trains_and_checkpoints_plain_names(monkeypatch, tmp_path):
     real_compile = torch.compile
     # The inductor backend needs a C++ compiler and a minute; "eager" tests the same wiring.
-    monkeypatch.setattr(torch, "compile", lambda module: real_compile(module, backend="eager"))
+    def compile_eagerly(fn, **options):
+        return real_compile(fn, **{**options, "backend": "eager"})
+
+    monkeypatch.setattr(torch, "compile", compile_eagerly)
     t = trainer(compile=True)
-    assert t.forward is not t.model
+    assert t.forward_loss is not t._forward_loss
     t.train_step(epoch_batches(0)[:1])
     path = t.save_checkpoint(tmp_path / "compiled.pt")
     assert not any("_orig_mod" in key for key in read_checkpoint(path)["model"])
@@ -255,6 +267,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     path_without_rng = tmp_path / "no_rng.pt"
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["rng"]["torch"] = torch.manual_seed(0).get_state()
+    checkpoint["sha256"] = checkpoint_sha256(checkpoint)
     torch.save(checkpoint, path_without_rng)
     diverged = run(total, resume_from=path_without_rng)
     assert max_difference(parameters(uninterrupted), parameters(diverged)) > 1e-4
@@ -385,3 +398,230 @@ def test_copy_task_reaches_full_exact_match_and_decodes_it():
     greedy = [[t for t in row if t != PAD] for row in greedy_decode(model, batch.src).tolist()]
     assert greedy == expected
     assert beam_search(model, batch.src, beam_size=4, alpha=0.6) == expected
+
+
+# --- a step that never waits for the device ---------------------------------------------------
+
+HOST_READS = ("item", "__int__", "__float__", "__bool__", "tolist")
+
+
+@contextlib.contextmanager
+def host_reads_forbidden(monkeypatch):
+    """Within the block, every way of reading a tensor's value on the host raises; outside, the
+    reads work again. (On a GPU each of these would make the host wait for the device.)"""
+    allowed = {"now": False}
+    originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+
+    def guard(name):
+        def read(self, *args, **kwargs):
+            if not allowed["now"]:
+                raise AssertionError(f"Tensor.{name} was called inside a training step")
+            return originals[name](self, *args, **kwargs)
+        return read
+
+    for name in HOST_READS:
+        monkeypatch.setattr(torch.Tensor, name, guard(name))
+    try:
+        yield allowed
+    finally:
+        for name in HOST_READS:
+            monkeypatch.setattr(torch.Tensor, name, originals[name])
+
+
+def test_steps_between_log_points_never_read_a_tensor(monkeypatch):
+    import annotated_transformer.training as training
+
+    real_read_steps = training.read_steps
+    reads = []
+    t = trainer(max_steps=12, log_every=4, accumulate=2, track_grad_norm=True, clip_grad_norm=5.0)
+    batches = [epoch_batches(0), epoch_batches(1)]  # made outside: building data is not the step
+    with host_reads_forbidden(monkeypatch) as allowed:
+        def read_at_log_point(pending, **kwargs):
+            allowed["now"] = True  # the log point: reading is its job
+            try:
+                reads.append([p.step for p in pending])
+                return real_read_steps(pending, **kwargs)
+            finally:
+                allowed["now"] = False
+
+        monkeypatch.setattr(training, "read_steps", read_at_log_point)
+        history = t.fit(lambda epoch: batches[epoch % 2])
+    assert reads == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+    assert [s.step for s in history] == list(range(1, 13))
+    assert all(isinstance(s.loss, float) and s.grad_norm is not None for s in history)
+
+
+def test_an_asynchronous_step_reads_nothing_and_its_statistics_match(monkeypatch):
+    a, b = trainer(track_grad_norm=True), trainer(track_grad_norm=True)
+    batches = epoch_batches(0)[:2]
+    with host_reads_forbidden(monkeypatch):
+        pending = [a.train_step_async(batches[:1]), a.train_step_async(batches[1:])]
+    stats = read_steps(pending)
+    expected = [b.train_step(batches[:1]), b.train_step(batches[1:])]
+    assert [s.step for s in stats] == [1, 2] and stats == expected
+
+
+def test_an_out_of_range_id_still_gets_a_clear_error_on_the_cpu():
+    m = model()
+    src = torch.tensor([[5, 6, 99]])
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 23\) .*got ids from 5 to 99"):
+        m(src, src[:, :2], None, None)
+    target = torch.tensor([[3, 30]])
+    with pytest.raises(ValueError, match=r"target ids must lie in \[0, 23\)"):
+        trainer().criterion.loss_and_nll(torch.zeros(1, 2, 23), target)
+
+
+def test_non_interactive_progress_prints_plain_lines(capsys):
+    t = trainer(max_steps=6, log_every=3, progress=True)
+    t.fit(epoch_batches)
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    assert [line.split()[:2] for line in out.splitlines()] == [["step", "3"], ["step", "6"]]
+
+
+# --- divergence ----------------------------------------------------------------------------------
+
+
+def test_divergence_stops_at_a_log_point_and_keeps_the_last_good_checkpoint(tmp_path):
+    t = trainer(max_steps=60, warmup=1, lr_factor=1e6, log_every=5, checkpoint_every=1,
+                checkpoint_dir=str(tmp_path), clip_grad_norm=None, track_grad_norm=True)
+    with pytest.raises(TrainingDiverged) as caught:
+        t.fit(epoch_batches)
+    message = str(caught.value)
+    step = int(message.split("at step ")[1].split(":")[0])
+    assert "is nan" in message or "is inf" in message
+    assert "lr_factor, now 1e+06" in message and "warmup" in message and "clip_grad_norm" in message
+    saved = checkpoint_paths(tmp_path)
+    assert saved and read_checkpoint(saved[-1])["step"] < step  # only sound checkpoints were written
+    assert saved[-1].name in message
+
+
+def test_a_non_finite_lr_factor_is_refused():
+    for bad in (float("inf"), float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError, match="lr_factor must be a positive finite number"):
+            TrainConfig(lr_factor=bad)
+
+
+def test_checkpoints_with_non_finite_parameters_are_refused(tmp_path):
+    m = model()
+    with torch.no_grad():
+        m.generator.proj.weight[0, 0] = float("nan")
+    path = save_checkpoint(tmp_path / "nan.pt", model=m)
+    with pytest.raises(CheckpointError, match="NaN or infinite parameters"):
+        read_checkpoint(path)
+    t = trainer()
+    t.model.load_state_dict(m.state_dict())
+    with pytest.raises(TrainingDiverged, match="parameters is NaN or infinite"):
+        t.save_checkpoint(tmp_path / "refused.pt")
+    assert not (tmp_path / "refused.pt").exists()
+
+
+# --- the whole saved state is checked ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["optimizer", "rng", "extra", "scheduler", "step"])
+def test_damage_anywhere_in_the_saved_state_is_detected(tmp_path, where):
+    t = trainer()
+    t.train_step(epoch_batches(0)[:1])
+    path = t.save_checkpoint(tmp_path / "a.pt")
+    checkpoint = torch.load(path, weights_only=True)
+    if where == "optimizer":
+        checkpoint["optimizer"]["state"][0]["exp_avg"].view(-1)[0] += 1e-3
+    elif where == "rng":
+        checkpoint["rng"]["torch"][100] ^= 1
+    elif where == "extra":
+        checkpoint["extra"]["position"] += 1
+    elif where == "scheduler":
+        checkpoint["scheduler"]["last_epoch"] += 1
+    else:
+        checkpoint["step"] += 1
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError, match="does not match the SHA-256 digest"):
+        read_checkpoint(path)
+
+
+def test_version_1_checkpoints_are_still_read(tmp_path):
+    m = model()
+    state = {name: tensor.detach().clone() for name, tensor in m.state_dict().items()}
+    old = {"format": "annotated-transformer-checkpoint", "version": 1, "config": dataclasses.asdict(m.config),
+           "model": state, "model_sha256": state_dict_sha256(state), "optimizer": None, "scheduler": None,
+           "step": 3, "rng": {}, "extra": {}}
+    torch.save(old, tmp_path / "v1.pt")
+    assert read_checkpoint(tmp_path / "v1.pt")["step"] == 3
+    old["model"]["generator.proj.weight"][0, 0] += 1
+    torch.save(old, tmp_path / "v1.pt")
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        read_checkpoint(tmp_path / "v1.pt")
+
+
+def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path):
+    t = trainer(max_steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path))
+    t.fit(epoch_batches)
+    newest = checkpoint_paths(tmp_path)[-1]
+    newest.write_bytes(newest.read_bytes()[:1000])  # a copy cut short
+    fresh = trainer(max_steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path))
+    used, passed_over = resume_newest(fresh, tmp_path)
+    assert used.name == "step_00000004.pt" and fresh.step == 4
+    assert len(passed_over) == 1 and "step_00000006.pt is truncated or corrupt" in passed_over[0]
+    (tmp_path / "empty").mkdir()
+    assert resume_newest(trainer(), tmp_path / "empty") == (None, [])
+
+
+def test_stale_temporary_files_are_removed(tmp_path):
+    (tmp_path / ".step_00000002.pt.999999.tmp").write_bytes(b"half")
+    ours = tmp_path / f".step_00000004.pt.{os.getpid()}.tmp"
+    ours.write_bytes(b"being written")
+    (tmp_path / "step_00000001.pt").write_bytes(b"kept")
+    removed = remove_stale_temporaries(tmp_path)
+    assert [p.name for p in removed] == [".step_00000002.pt.999999.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours.name, "step_00000001.pt"])
+
+
+# --- torch.compile: no graph breaks, few compilations ------------------------------------------
+
+
+def test_the_training_forward_and_loss_have_no_graph_break():
+    t = trainer()
+    explanation = torch._dynamo.explain(t._forward_loss)(*epoch_batches(0)[0].tensors())
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+
+
+def test_a_cached_decoding_step_has_no_graph_break():
+    m = model().eval()
+    batch = epoch_batches(0)[0]
+    memory, cache = m.encode(batch.src, batch.src_mask), m.init_cache()
+    tgt = torch.full((len(batch), 1), 1)
+    with torch.no_grad():
+        m.decode_step(memory, batch.src_mask, tgt, cache)  # the first step projects the memory
+        tgt = torch.cat([tgt, torch.full((len(batch), 1), 5)], dim=1)
+        explanation = torch._dynamo.explain(m.decode_step)(memory, batch.src_mask, tgt, cache)
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+
+
+def test_compilations_over_many_batch_shapes_are_bounded():
+    from annotated_transformer.data import corpus
+    from annotated_transformer.tokenization import build_vocabularies, encode_pairs, token_batches
+
+    pairs = corpus("builtin", "train")
+    vocabs = build_vocabularies(pairs, "word", min_freq=1)
+    epoch_batches = token_batches(encode_pairs(pairs, vocabs), max_tokens=1500)
+    torch.manual_seed(0)
+    config = small_config(src_vocab_size=len(vocabs.source), tgt_vocab_size=len(vocabs.target),
+                          share_embeddings=False, max_len=64)
+    t = Trainer(make_model(config), TrainConfig(progress=False), device="cpu")
+    compilations = []
+
+    def counting_backend(graph_module, example_inputs):
+        compilations.append(len(graph_module.graph.nodes))
+        return graph_module.forward
+
+    forward_loss = compile_forward_loss(t._forward_loss, backend=counting_backend)
+    shapes = set()
+    batches = [batch for epoch in range(8) for batch in epoch_batches(epoch)]
+    assert len(batches) >= 200
+    with torch.no_grad():
+        for batch in batches:
+            shapes.add((tuple(batch.src.shape), tuple(batch.tgt_in.shape)))
+            forward_loss(*batch.tensors())
+    assert len(shapes) >= 20  # many shapes ...
+    assert len(compilations) <= 2, compilations  # ... few graphs
