@@ -22,13 +22,14 @@ BOOK_FLAGS := -W -n --keep-going --all
 LINT_PATHS := book annotated_transformer tests tools benchmarks
 
 .DEFAULT_GOAL := help
-.PHONY: help setup main test lint unit nbval book bench export notebooks clean distclean test-cpus
+.PHONY: help setup main test lint unit nbval book browser-test bench export notebooks clean distclean test-cpus
 
 help:
 	@echo "make main       set up .venv if needed, then train, evaluate and use a translator (built-in corpus)"
 	@echo "make test       set up, then ruff, unit tests, nbval over every notebook, the book build (-W)"
 	@echo "make setup      create .venv (python3) and install torch==$(TORCH_VERSION) and the package [dev]"
 	@echo "make book       build the Jupyter Book into _build/html (warnings are errors)"
+	@echo "make browser-test  the book, then every page in headless Chromium, offline (math, images, links)"
 	@echo "make test-cpus  nbval and unit tests under every CPU kernel family (ATEN_CPU_CAPABILITY)"
 	@echo "make bench      run the speed benchmarks (benchmarks/run_all.py; minutes, prints a table)"
 	@echo "make export     regenerate annotated_transformer/ from the notebooks in book/ (nbdev-export)"
@@ -89,6 +90,26 @@ nbval: setup
 
 book: setup
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+
+# What a reader meets in the built book: every page _toc.yml lists, in headless Chromium with the
+# network cut off. Fails on raw TeX or formulas MathJax did not typeset, images that do not load,
+# broken internal links, notebook errors, visible nbdev directives, or chapter numbers that are not
+# 1-18 (tools/browser_test.py). Builds the book first. Uses Debian's chromium (never `playwright
+# install`), installed with apt-get when it is missing (as root: CI), once.
+CHROMIUM ?= /usr/bin/chromium
+
+browser-test: book $(CHROMIUM)
+	$(BIN)/python tools/browser_test.py --chromium $(CHROMIUM)
+
+$(CHROMIUM):
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "browser-test: no $@; install Debian's chromium (sudo apt-get install chromium)" >&2; exit 1; \
+	fi
+	@echo "chromium: installing Debian's package (apt-get install chromium)"
+	@log=$$(mktemp); \
+	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >$$log 2>&1; \
+	then cat $$log >&2; rm -f $$log; exit 1; fi; rm -f $$log
+	@test -x $@ && echo "chromium: $$($@ --version 2>/dev/null)"
 
 # The checked outputs must not depend on the CPU: nbval and the unit tests once under each float32
 # kernel family this CPU has (ATEN_CPU_CAPABILITY=default, avx2, avx512). About 6 minutes a family.

@@ -7,6 +7,7 @@
 - a wheel builds and works when installed on its own, away from this checkout.
 """
 
+import importlib.util
 import itertools
 import json
 import os
@@ -104,17 +105,19 @@ PUBLIC_API = [
     "stability",
 ]
 
-# The first code cell of every chapter (see .authoring/CONTEXT.md): it makes the notebook run on Colab.
-COLAB_SETUP_CELL = """\
-# On Colab, or anywhere the package is not installed, install it from the repository.
-# Everywhere else this cell does nothing.
-import importlib.util
-import subprocess
-import sys
 
-if importlib.util.find_spec("annotated_transformer") is None:
-    url = "git+https://github.com/annotated-transformer/annotated-transformer"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", url], check=True)"""
+
+def _tool(name: str):
+    """A module of tools/ (not a package), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The first code cell of every chapter is the Colab set-up cell that tools/colab_cell.py writes
+# (`python tools/colab_cell.py`): colab_cell.setup_cell(chapter) is its expected source.
+colab_cell = _tool("colab_cell")
 
 EXPORT_HINT = "edit the notebook in book/, then run `make export` (never edit annotated_transformer/ by hand)"
 
@@ -294,9 +297,9 @@ def test_notebook_starts_as_a_chapter(path):
         f"{path.name}: the first markdown cell (title and summary) must cite the paper's section (§...)"
     )
     first = code_cells(notebook)[0]
-    assert source(first).strip() == COLAB_SETUP_CELL, (
-        f"{path.name}: the first code cell must be the Colab set-up cell (see .authoring/CONTEXT.md), "
-        f"found:\n{source(first)}"
+    assert source(first).strip() == colab_cell.setup_cell(path.stem).strip(), (
+        f"{path.name}: the first code cell must be the Colab set-up cell that tools/colab_cell.py writes: "
+        f"run `.venv/bin/python tools/colab_cell.py {path.relative_to(ROOT)}`; found:\n{source(first)}"
     )
     assert "hide-input" in first.get("metadata", {}).get("tags", []), (
         f"{path.name}: tag the Colab set-up cell `hide-input`"

@@ -1,0 +1,245 @@
+"""The built book's checks are honest: tools/browser_test.py and the book's Sphinx extensions.
+
+`make browser-test` opens every page of _build/html in headless Chromium, offline (see
+tools/browser_test.py). These tests run its core, check_page(), on small hand-made pages: a page
+whose math renderer is missing must be reported (raw TeX, formulas not typeset), the same page with
+the bundled MathJax must be clean, and each other kind of defect must be reported. They need
+Debian's chromium and Playwright, and are skipped without them (`make browser-test` installs
+chromium). The Sphinx extensions in tools/sphinx_ext are tested on document trees, without a browser.
+"""
+
+import base64
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from docutils import nodes
+from docutils.frontend import get_default_settings
+from docutils.parsers.rst import Parser
+from docutils.utils import new_document
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+
+import browser_test  # noqa: E402
+import dedupe_scripts  # noqa: E402
+import hide_nbdev_directives  # noqa: E402
+from browser_test import Numbering, check_page, numbering_problems  # noqa: E402
+
+# --- the Sphinx extensions, on document trees -----------------------------------------------------
+
+
+def test_strip_directives():
+    strip = hide_nbdev_directives.strip_directives
+    assert strip("#| export\nimport torch\n\nx = 1") == "import torch\n\nx = 1"
+    assert strip("#| default_exp attention") == ""
+    assert strip("#| export\n# |hide\n\n\ndef f():\n    return 1") == "def f():\n    return 1"
+    assert strip("x = 1  #| not a directive\n") == "x = 1  #| not a directive\n"
+    assert strip("  # indented comment\ny = 2") == "  # indented comment\ny = 2"
+
+
+def _cell(source: str, outputs: bool = False) -> nodes.container:
+    """A code cell as myst-nb builds it: cell_code > cell_code_source > literal_block (+ outputs)."""
+    cell = nodes.container(nb_element="cell_code", classes=["cell"])
+    code = nodes.container(nb_element="cell_code_source", classes=["cell_input"])
+    code += nodes.literal_block(source, source, language="ipython3")
+    cell += code
+    if outputs:
+        output = nodes.container(nb_element="cell_code_output", classes=["cell_output"])
+        output += nodes.literal_block("42", "42")
+        cell += output
+    return cell
+
+
+def test_hide_directives_in_notebook_cells():
+    document = new_document("<test>", get_default_settings(Parser))
+    section = nodes.section()
+    document += section
+    section += _cell("#| default_exp attention")
+    section += _cell("#| export\ndef attention():\n    pass")
+    section += _cell("#| export", outputs=True)
+    section += _cell("print('no directive')")
+    section += nodes.literal_block("#| export\nshown as written", "#| export\nshown as written")
+
+    assert hide_nbdev_directives.hide_directives(document) == 3
+    cells = [node for node in section.children if node.get("nb_element") == "cell_code"]
+    # The directive-only cell is gone; the one with an output keeps the output, without its source.
+    assert len(cells) == 3
+    assert cells[0].astext() == "def attention():\n    pass"
+    assert [child["nb_element"] for child in cells[1].children] == ["cell_code_output"]
+    assert cells[2].astext() == "print('no directive')"
+    # A literal block that is not a notebook cell (a code example in the prose) is left alone.
+    assert section.children[-1].astext() == "#| export\nshown as written"
+
+
+def test_dedupe_scripts():
+    from sphinx.builders.html._assets import _JavaScript
+
+    body = "const THEBE_JS_URL = 'x'"
+    scripts = [
+        _JavaScript("_static/a.js"),
+        _JavaScript(None, body=body),
+        _JavaScript("_static/a.js", priority=200),
+        _JavaScript("", body=body),
+        _JavaScript("_static/b.js", **{"async": "async"}),
+        _JavaScript("_static/b.js"),
+    ]
+    unique = dedupe_scripts.dedupe(scripts)
+    assert unique == [scripts[0], scripts[1], scripts[4], scripts[5]]
+
+
+# --- the numbering of the pages ---------------------------------------------------------------
+
+
+def _numbered(titles: list[str], current: int | None) -> dict:
+    sidebar = [{"text": f"{i}. {t}", "current": i == current} for i, t in enumerate(titles, start=1)]
+    return {"sidebar": sidebar}
+
+
+def test_numbering_problems():
+    titles = ["Introduction", "Attention", "Multi-head attention"]
+    chapter = {**_numbered(titles, 2), "title": "2. Attention — Book", "heading": "2. Attention"}
+    assert numbering_problems(chapter, Numbering(2, 3)) == []
+    cover = {**_numbered(titles, None), "title": "Book — Book", "heading": "Book"}
+    assert numbering_problems(cover, Numbering(None, 3)) == []
+
+    unnumbered = {**chapter, "title": "Attention — Book", "heading": "Attention"}
+    assert len(numbering_problems(unnumbered, Numbering(2, 3))) == 2
+    gap = {**chapter, "sidebar": [{**e, "text": e["text"].split(". ", 1)[1]} if i == 1 else e
+                                  for i, e in enumerate(chapter["sidebar"])]}
+    problems = numbering_problems(gap, Numbering(2, 3))
+    assert any("sidebar entry" in p for p in problems) and any("[1, 3]" in p for p in problems)
+    numbered_cover = {**cover, "heading": "1. Book"}
+    assert numbering_problems(numbered_cover, Numbering(None, 3)) == [
+        "the cover page's heading has a number: '1. Book'"
+    ]
+
+
+def test_book_pages_are_the_cover_and_the_numbered_chapters():
+    pages = browser_test.book_pages(ROOT, ROOT / "_build" / "html")
+    assert pages[0][0].name == "index.html" and pages[0][1].number is None
+    numbers = [numbering.number for _, numbering in pages[1:]]
+    assert numbers == list(range(1, len(pages)))
+    assert pages[13][0].name == "13_translation.html" and pages[13][1].number == 13
+
+
+# --- check_page() in a browser, on hand-made pages ---------------------------------------------
+
+MATHJAX_CONFIG = (
+    '<script>window.MathJax = {"options": {"processHtmlClass": '
+    '"tex2jax_process|mathjax_process|math|output_area"}}</script>'
+)
+# A 1x1 PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+)
+
+
+def page(body: str, head: str = "") -> str:
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>A page</title>{head}</head>'
+        f'<body><main><article class="bd-article"><section class="tex2jax_ignore mathjax_ignore">'
+        f"{body}</section></article></main></body></html>"
+    )
+
+
+# What Sphinx's MathJax support writes for inline and display math, with the script it loads.
+MATH_PAGE = page(
+    '<h1>Attention</h1><p>The scores are <span class="math notranslate nohighlight">\\(QK^T\\)</span>, '
+    "scaled:</p>"
+    '<div class="math notranslate nohighlight">\\[\\mathrm{Attention}(Q, K, V) = '
+    "\\mathrm{softmax}\\left(\\frac{QK^T}{\\sqrt{d_k}}\\right)V\\]</div>"
+    '<p><img src="pixel.png" alt="a pixel"> <a href="other.html#there">a link</a> '
+    '<a href="#scores">an anchor</a> <span id="scores"></span></p>'
+    '<div class="cell docutils container"><div class="cell_input docutils container">'
+    '<div class="highlight"><pre>import torch\nx = torch.ones(2)</pre></div></div></div>',
+    head=MATHJAX_CONFIG + '<script defer src="_static/mathjax/tex-chtml.js"></script>',
+)
+
+
+def mathjax_dir() -> Path | None:
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
+    return found if (found / "tex-chtml.js").is_file() else None
+
+
+@pytest.fixture(scope="module")
+def context():
+    if not Path(browser_test.CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {browser_test.CHROMIUM} (`make browser-test` installs Debian's)")
+    pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (make setup)")
+    with browser_test.browser() as context:
+        yield context
+
+
+def site(tmp_path: Path, pages: dict[str, str], mathjax: bool) -> Path:
+    (tmp_path / "pixel.png").write_bytes(PNG)
+    (tmp_path / "other.html").write_text(page('<p id="there">there</p>'), encoding="utf-8")
+    for name, html in pages.items():
+        (tmp_path / name).write_text(html, encoding="utf-8")
+    if mathjax:
+        source = mathjax_dir()
+        if source is None:
+            pytest.skip("sphinx-mathjax-offline (the bundled MathJax) is not installed (make setup)")
+        (tmp_path / "_static").mkdir()
+        (tmp_path / "_static" / "mathjax").symlink_to(source, target_is_directory=True)
+    return tmp_path
+
+
+def test_page_without_the_math_renderer_is_reported(context, tmp_path):
+    root = site(tmp_path, {"chapter.html": MATH_PAGE}, mathjax=False)
+    report = check_page(context, root / "chapter.html", root)
+    problems = "\n".join(report.problems)
+    assert report.math == 2 and report.typeset == 0, report
+    assert "formulas not typeset (2 of 2)" in problems
+    assert "raw TeX in the text" in problems and "\\\\frac" in problems
+    assert "MathJax did not typeset the page" in problems
+    assert "local files missing" in problems and "tex-chtml.js" in problems
+
+
+def test_page_with_the_bundled_math_renderer_is_clean(context, tmp_path):
+    root = site(tmp_path, {"chapter.html": MATH_PAGE}, mathjax=True)
+    report = check_page(context, root / "chapter.html", root)
+    assert report.problems == []
+    assert (report.math, report.typeset, report.images, report.internal_links) == (2, 2, 1, 2)
+
+
+def test_each_defect_is_reported(context, tmp_path):
+    bad = page(
+        "<h1>Defects</h1>"
+        "<p>Display math left as text: $$E = mc^2$$</p><p>and inline math too: $d_k$.</p>"
+        '<p><img src="missing.png" alt="gone"> <img src="https://example.org/remote.png" alt="remote"></p>'
+        '<p><a href="nowhere.html">a missing page</a> <a href="other.html#elsewhere">a missing anchor</a> '
+        '<a href="#nothing">a missing anchor here</a> <a href="https://example.org/">outside</a></p>'
+        '<div class="cell docutils container"><div class="cell_input docutils container">'
+        '<div class="highlight"><pre>#| export\ndef f():\n    pass</pre></div></div>'
+        '<div class="cell_output docutils container"><div class="output traceback highlight-ipythontb">'
+        "<pre>Traceback (most recent call last):\nValueError: bad</pre></div>"
+        '<div class="output stderr"><pre>RuntimeError: worse</pre></div></div></div>'
+        "<script>undefinedFunction();</script>"
+        '<header id="pst-header" style="height: 60px">Search</header>'
+    )
+    root = site(tmp_path, {"bad.html": bad}, mathjax=False)
+    report = check_page(context, root / "bad.html", root)
+    problems = "\n".join(report.problems)
+    expected = [
+        "raw TeX in the text (2)",
+        "images not loaded (2)",
+        "asked for the network (1): 'image https://example.org/remote.png'",
+        "local files missing",
+        "broken links (3)",
+        "nowhere.html does not exist",
+        "other.html#elsewhere: no such anchor",
+        "bad.html#nothing: no such anchor",
+        "notebook errors in outputs (3)",
+        "nbdev directives visible (1): '#| export'",
+        "script errors (1)",
+        "a header bar across the top of the page",
+    ]
+    missing = [text for text in expected if text not in problems]
+    assert not missing, f"not reported: {missing}\nreport:\n{problems}"
+    assert report.external_links == 1

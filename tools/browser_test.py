@@ -1,0 +1,422 @@
+"""What a reader meets in the built book: every page of _build/html, in headless Chromium, offline.
+
+    make browser-test                    (builds the book first; installs Debian's chromium if missing)
+    .venv/bin/python tools/browser_test.py [--site _build/html] [--chromium /usr/bin/chromium]
+
+Every page that _toc.yml lists (the cover and the chapters) is opened from disk (file://) with the
+network cut off: every request that is not file:, data: or blob: is refused and counted, and the
+browser cannot resolve any host name. A page fails when, once it has loaded and MathJax has finished:
+
+- it asked for anything on the network, or a local file it needs (script, style, image, font) is
+  missing, or a script raised an exception;
+- raw TeX is left in its text outside code (`$$`, `\\(`, `\\[`, `\\begin{`, `\\frac`, any `\\command`,
+  `$x_1$`): the math renderer did not run, or a formula was not parsed as math;
+- a formula Sphinx emitted (span.math, div.math) holds no MathJax output, or MathJax reports a TeX
+  error in it;
+- an image has not loaded (naturalWidth 0), or a web font failed to load;
+- a link to a local page or anchor leads nowhere (the file, or the id in it, does not exist);
+- a notebook output shows an error (a traceback, or an error word in a stderr output);
+- an nbdev directive (`#| export`, `#| default_exp ...`) is visible in a code block;
+- pydata-sphinx-theme's header bar shows across the top (with nothing but a second search field);
+- the numbering is wrong: chapter N's title, heading and sidebar entry must start with "N.", the
+  sidebar must number the chapters 1, 2, ... without a gap across parts, and the cover page must
+  have no number.
+
+It prints one line per page and a total, and exits 1 when any page has a problem. check_page() is
+the core, used by tests/test_book.py on small hand-made pages to show the checks catch what they say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Headless, as root, and quiet: no sandbox (root), no GPU, no background traffic of its own; every
+# host name resolves to nothing, so even a request that slipped past the route below goes nowhere.
+# (Playwright adds --headless and a new, empty --user-data-dir.)
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+]
+LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
+# How long a page may take to load and typeset its math (MathJax on the longest chapter: ~2 s).
+PAGE_TIMEOUT_MS = 60_000
+SHOWN = 3  # examples shown per kind of problem
+
+# Collects what the checks need, in the page, after it has loaded. Takes the time limit (ms).
+COLLECT_JS = r"""
+async (timeoutMs) => {
+  const withTimeout = (promise, ms) =>
+    Promise.race([promise, new Promise((resolve) => setTimeout(() => resolve("timeout"), ms))]);
+
+  // MathJax 3: startup.promise resolves once the page is typeset. If its script did not load,
+  // window.MathJax is at most the configuration object Sphinx writes, with no startup.
+  let mathjax = "absent";
+  if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) {
+    mathjax = await withTimeout(window.MathJax.startup.promise.then(() => "typeset"), timeoutMs);
+  }
+
+  // Images: load lazy ones too, and wait for every image to finish (or fail).
+  const images = Array.from(document.images);
+  images.forEach((img) => { if (img.loading === "lazy") img.loading = "eager"; });
+  const settled = (img) => img.complete ? null : new Promise((resolve) => {
+    img.addEventListener("load", resolve);
+    img.addEventListener("error", resolve);
+  });
+  await withTimeout(Promise.all(images.map(settled)), timeoutMs);
+  await withTimeout(document.fonts.ready, timeoutMs);
+
+  const text = (el) => (el ? el.textContent.replace(/\s+/g, " ").trim() : null);
+
+  // Math: the containers Sphinx emitted, and whether MathJax rendered each of them.
+  const mathNodes = Array.from(document.querySelectorAll("span.math, div.math"));
+  const untypeset = mathNodes.filter((el) => !el.querySelector("mjx-container")).map(text);
+  const mathErrors = Array.from(document.querySelectorAll("mjx-merror")).map(
+    (el) => el.getAttribute("data-mjx-error") || text(el));
+
+  // Raw TeX: text outside code, scripts and MathJax's own output.
+  const skip = "pre, code, kbd, samp, script, style, noscript, textarea, mjx-container, .highlight";
+  const tex = /\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\\end\{|\\[A-Za-z]{2,}|\$[^$\n]*[\\^_{}][^$\n]*\$/;
+  const rawTex = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent || parent.closest(skip)) continue;
+    const match = node.data.match(tex);
+    if (match) {
+      const at = match.index;
+      rawTex.push(node.data.slice(Math.max(0, at - 30), at + 50).replace(/\s+/g, " ").trim());
+    }
+  }
+
+  const brokenImages = images.filter((img) => !img.complete || img.naturalWidth === 0)
+    .map((img) => img.getAttribute("src"));
+  const failedFonts = Array.from(document.fonts).filter((font) => font.status === "error")
+    .map((font) => font.family);
+
+  const links = Array.from(document.querySelectorAll("a[href]")).map((a) => a.href);
+
+  // Notebook errors: error outputs (a traceback), or an error in a stderr stream.
+  const notebookErrors = [];
+  for (const el of document.querySelectorAll(".cell_output .traceback, .cell_output .output.error"))
+    notebookErrors.push("error output: " + text(el).slice(0, 80));
+  for (const el of document.querySelectorAll(".cell_output"))
+    if (el.textContent.includes("Traceback (most recent call last)"))
+      notebookErrors.push("traceback: " + text(el).slice(0, 80));
+  for (const el of document.querySelectorAll(".cell_output .stderr"))
+    if (/\w*Error\b/.test(el.textContent)) notebookErrors.push("stderr: " + text(el).slice(0, 80));
+
+  // nbdev directives left in code blocks.
+  const directives = [];
+  for (const pre of document.querySelectorAll("pre"))
+    for (const line of pre.textContent.split("\n"))
+      if (/^\s*#\s*\|/.test(line)) directives.push(line.trim());
+
+  // Numbering: the title, the page's heading, and the sidebar's entries.
+  // (The first h1 in the page is the print-only copy of the title, without its number.)
+  const heading = document.querySelector(".bd-article h1") || document.querySelector("article h1");
+  const sidebar = Array.from(document.querySelectorAll(".bd-docs-nav a.reference.internal")).map((a) => ({
+    text: text(a), current: a.classList.contains("current"),
+  }));
+
+  // pydata-sphinx-theme's header bar: sphinx-book-theme has none (it held a second search field).
+  const header = document.querySelector("#pst-header");
+  const headerBar = !!header && header.getBoundingClientRect().height > 0;
+
+  let headingText = null;
+  if (heading) {
+    const copy = heading.cloneNode(true);
+    copy.querySelectorAll(".headerlink").forEach((a) => a.remove());
+    headingText = text(copy);
+  }
+
+  return {
+    mathjax, math: mathNodes.length, untypeset, mathErrors, rawTex, images: images.length,
+    brokenImages, failedFonts, links, notebookErrors, directives,
+    title: document.title, heading: headingText, sidebar, headerBar,
+  };
+}
+"""
+
+
+@dataclass
+class Numbering:
+    """What the numbering of a page must be: chapter `number` (None: the cover page, no number) of
+    a book with `chapters` numbered chapters."""
+
+    number: int | None
+    chapters: int
+
+
+@dataclass
+class PageReport:
+    path: Path
+    problems: list[str] = field(default_factory=list)
+    math: int = 0
+    typeset: int = 0
+    images: int = 0
+    internal_links: int = 0
+    external_links: int = 0
+    seconds: float = 0.0
+
+    def summary(self, site: Path) -> str:
+        try:
+            name = self.path.relative_to(site).as_posix()
+        except ValueError:
+            name = str(self.path)
+        status = "ok  " if not self.problems else "FAIL"
+        line = (
+            f"{status} {name}: {self.typeset}/{self.math} formulas typeset, {self.images} images, "
+            f"{self.internal_links} internal links ({self.external_links} external, not followed), "
+            f"{self.seconds:.1f} s"
+        )
+        if self.problems:
+            line += f", {len(self.problems)} problems:\n" + "\n".join(f"       - {p}" for p in self.problems)
+        return line
+
+
+class _Ids(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value and (name == "id" or (tag == "a" and name == "name")):
+                self.ids.add(value)
+
+
+@cache
+def anchors(path: Path) -> frozenset[str]:
+    """The ids (and <a name>) of an HTML file: the anchors a link may point to."""
+    parser = _Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return frozenset(parser.ids)
+
+
+def broken_links(hrefs: list[str], site: Path) -> tuple[list[str], int, int]:
+    """Local links (file:) whose file, or whose #anchor in it, does not exist; with the counts of
+    internal and external links."""
+    broken, internal, external = [], 0, 0
+    site = site.resolve()
+    for href in dict.fromkeys(hrefs):
+        parts = urlsplit(href)
+        if parts.scheme in ("http", "https", "mailto", "javascript", "tel"):
+            external += parts.scheme in ("http", "https")
+            continue
+        if parts.scheme != "file":
+            broken.append(f"{href} (unknown scheme)")
+            continue
+        internal += 1
+        target = Path(unquote(parts.path))
+        if target.is_dir():
+            target = target / "index.html"
+        shown = target.relative_to(site).as_posix() if target.is_relative_to(site) else str(target)
+        if not target.resolve().is_relative_to(site):
+            broken.append(f"{shown} is outside the built site")
+        elif not target.is_file():
+            broken.append(f"{shown} does not exist")
+        elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in anchors(target):
+            broken.append(f"{shown}#{parts.fragment}: no such anchor")
+    return broken, internal, external
+
+
+def _examples(items: list[str]) -> str:
+    shown = "; ".join(repr(item) for item in items[:SHOWN])
+    more = f" (and {len(items) - SHOWN} more)" if len(items) > SHOWN else ""
+    return shown + more
+
+
+NUMBERED = re.compile(r"^(\d+)\.\s")
+
+
+def numbering_problems(data: dict, numbering: Numbering) -> list[str]:
+    problems = []
+    title, heading, sidebar = data["title"] or "", data["heading"] or "", data["sidebar"]
+    if numbering.number is None:
+        for what, text in (("title", title), ("heading", heading)):
+            if NUMBERED.match(text):
+                problems.append(f"the cover page's {what} has a number: {text!r}")
+    else:
+        prefix = f"{numbering.number}. "
+        for what, text in (("title", title), ("heading", heading)):
+            if not text.startswith(prefix):
+                problems.append(f"the {what} should start with {prefix!r}: {text!r}")
+        current = [entry["text"] for entry in sidebar if entry["current"]]
+        if not current or not current[0].startswith(prefix):
+            problems.append(f"the page's sidebar entry should start with {prefix!r}: {current}")
+    numbers = [int(m.group(1)) for entry in sidebar if (m := NUMBERED.match(entry["text"] or ""))]
+    expected = list(range(1, numbering.chapters + 1))
+    if numbers != expected:
+        problems.append(f"the sidebar numbers the chapters {numbers}, expected 1 to {numbering.chapters}")
+    return problems
+
+
+def check_page(context, path: Path, site: Path, numbering: Numbering | None = None) -> PageReport:
+    """Open one built page in `context` (a Playwright BrowserContext from browser()), offline, and
+    report every problem a reader would meet on it (see the module's docstring)."""
+    start = time.perf_counter()
+    report = PageReport(path)
+    requested, failed, errors = [], [], []
+
+    def route(route) -> None:
+        url = route.request.url
+        if url.startswith(LOCAL_SCHEMES):
+            route.continue_()
+        else:
+            requested.append(f"{route.request.resource_type} {url}")
+            route.abort("internetdisconnected")
+
+    def request_failed(request) -> None:
+        if request.url.startswith("file:"):
+            failed.append(f"{request.resource_type} {unquote(urlsplit(request.url).path)}")
+
+    page = context.new_page()
+    page.route("**/*", route)
+    page.on("requestfailed", request_failed)
+    page.on("pageerror", lambda error: errors.append(str(error).splitlines()[0]))
+    try:
+        page.goto(path.resolve().as_uri(), wait_until="load", timeout=PAGE_TIMEOUT_MS)
+        data = page.evaluate(COLLECT_JS, PAGE_TIMEOUT_MS)
+    finally:
+        page.close()
+
+    problems = report.problems
+    if requested:
+        problems.append(f"asked for the network ({len(requested)}): {_examples(requested)}")
+    if failed:
+        problems.append(f"local files missing ({len(failed)}): {_examples(failed)}")
+    if errors:
+        problems.append(f"script errors ({len(errors)}): {_examples(errors)}")
+    report.math = data["math"]
+    report.typeset = data["math"] - len(data["untypeset"])
+    if data["math"] and data["mathjax"] != "typeset":
+        problems.append(f"MathJax did not typeset the page (MathJax: {data['mathjax']})")
+    if data["untypeset"]:
+        untypeset = data["untypeset"]
+        problems.append(f"formulas not typeset ({len(untypeset)} of {data['math']}): {_examples(untypeset)}")
+    if data["mathErrors"]:
+        problems.append(f"TeX errors ({len(data['mathErrors'])}): {_examples(data['mathErrors'])}")
+    if data["rawTex"]:
+        problems.append(f"raw TeX in the text ({len(data['rawTex'])}): {_examples(data['rawTex'])}")
+    report.images = data["images"]
+    if data["brokenImages"]:
+        problems.append(f"images not loaded ({len(data['brokenImages'])}): {_examples(data['brokenImages'])}")
+    if data["failedFonts"]:
+        problems.append(f"fonts not loaded: {_examples(sorted(set(data['failedFonts'])))}")
+    broken, report.internal_links, report.external_links = broken_links(data["links"], site)
+    if broken:
+        problems.append(f"broken links ({len(broken)}): {_examples(broken)}")
+    if data["notebookErrors"]:
+        problems.append(
+            f"notebook errors in outputs ({len(data['notebookErrors'])}): {_examples(data['notebookErrors'])}"
+        )
+    if data["directives"]:
+        problems.append(
+            f"nbdev directives visible ({len(data['directives'])}): {_examples(data['directives'])}"
+        )
+    if data["headerBar"]:
+        problems.append("a header bar across the top of the page (a second search field)")
+    if numbering is not None:
+        problems.extend(numbering_problems(data, numbering))
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+@contextmanager
+def browser(chromium: str = CHROMIUM) -> Iterator[object]:
+    """A fresh headless Chromium (a new, empty profile) and a BrowserContext to open pages in."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(chromium).exists():
+        raise FileNotFoundError(
+            f"no Chromium at {chromium}: install Debian's (apt-get install chromium), or give "
+            "--chromium PATH (never `playwright install`: it downloads a browser)"
+        )
+    with tempfile.TemporaryDirectory(prefix="browser-test-profile-") as profile, sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=chromium,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            service_workers="block",
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def book_pages(root: Path = ROOT, site: Path = SITE) -> list[tuple[Path, Numbering]]:
+    """Every page _toc.yml lists, with the numbering it must show: the root (the cover, no number),
+    then the chapters of every part, numbered 1, 2, ... across parts."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    chapters = [
+        chapter["file"]
+        for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}])
+        for chapter in part.get("chapters", [])
+    ]
+    pages = [(site / f"{Path(toc['root']).with_suffix('')}.html", Numbering(None, len(chapters)))]
+    pages += [
+        (site / f"{Path(file).with_suffix('')}.html", Numbering(number, len(chapters)))
+        for number, file in enumerate(chapters, start=1)
+    ]
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", type=Path, default=SITE, help="the built book (default: _build/html)")
+    parser.add_argument("--chromium", default=CHROMIUM, help=f"the browser (default: {CHROMIUM})")
+    args = parser.parse_args(argv)
+
+    site = args.site.resolve()
+    pages = book_pages(ROOT, site)
+    missing = [path for path, _ in pages if not path.is_file()]
+    if missing:
+        print(f"browser-test: pages missing from {site}: {[str(p) for p in missing]}: build the book first "
+              "(make book)", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    reports = []
+    with browser(args.chromium) as context:
+        for path, numbering in pages:
+            report = check_page(context, path, site, numbering)
+            reports.append(report)
+            print(report.summary(site), flush=True)
+    seconds = time.perf_counter() - start
+    bad = [report for report in reports if report.problems]
+    formulas = sum(report.typeset for report in reports), sum(report.math for report in reports)
+    print(
+        f"browser-test: {len(reports)} pages, {len(reports) - len(bad)} clean, {len(bad)} with problems "
+        f"({sum(len(r.problems) for r in bad)} problems); {formulas[0]}/{formulas[1]} formulas typeset, "
+        f"{sum(r.images for r in reports)} images, {sum(r.internal_links for r in reports)} internal links; "
+        f"offline, {seconds:.1f} s"
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
