@@ -26,7 +26,7 @@ LINT_PATHS := book annotated_transformer tests tools benchmarks
 
 help:
 	@echo "make main       set up .venv if needed, then train, evaluate and use a translator (built-in corpus)"
-	@echo "make test       set up, then ruff, unit tests, nbval over every notebook, the book build (-W)"
+	@echo "make test       set up, then ruff, unit tests, nbval over every notebook, the book (-W) in a browser"
 	@echo "make setup      create .venv (python3) and install torch==$(TORCH_VERSION) and the package [dev]"
 	@echo "make book       build the Jupyter Book into _build/html (warnings are errors)"
 	@echo "make browser-test  the book, then every page in headless Chromium, offline (math, images, links)"
@@ -72,10 +72,11 @@ main: setup
 		"Zwei Männer tragen den Tisch, weil das Kind den Hund sieht."
 
 # --- every test, in order ------------------------------------------------------------------------
-# `make test` runs lint, unit, nbval and book in this order; `make -k test` (as .ci/run does) goes on
-# after a failing step, so that one run reports every failure, and still exits non-zero.
+# `make test` runs lint, unit, nbval, book and browser-test in this order; `make -k test` (as
+# .ci/run does) goes on after a failing step, so that one run reports every failure, and still
+# exits non-zero.
 
-test: lint unit nbval book
+test: lint unit nbval book browser-test
 
 lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)

@@ -126,33 +126,67 @@ class LabelSmoothingLoss(nn.Module):
         (`token_nll`, detached): a training step needs both, and the log-softmax over a large
         vocabulary is one of its most expensive operations."""
         _check_logits(logits, target, self.vocab_size, check_ids=False)  # shapes and dtypes only
-        log_probs = F.log_softmax(_upcast(logits), dim=-1)
+        k = _n_smoothed(self.vocab_size, self.pad, self.smooth_pad)
+        pad_gets_share = self.pad is None or self.smooth_pad
         try:
-            true_class = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            return _SmoothedCrossEntropy.apply(logits, target, self.smoothing, self.pad, k, pad_gets_share)
         except RuntimeError:  # the CPU's "index out of bounds": name the ids (reading them is free now)
             _check_target(target, self.vocab_size)
             raise
-        # -Σ_c q_c log p_c without building q: (1 - ε) times the true class's term, plus ε/K times
-        # the sum over the K classes that share the smoothing mass.
-        loss = -(1.0 - self.smoothing) * true_class
-        if self.smoothing > 0:
-            k = _n_smoothed(self.vocab_size, self.pad, self.smooth_pad)
-            if self.pad is None or self.smooth_pad:
-                spread = log_probs.sum(-1)
-            else:  # two views around the pad column: no copy, and no cancellation if log p_pad is -inf
-                spread = log_probs[..., : self.pad].sum(-1) + log_probs[..., self.pad + 1 :].sum(-1)
-            loss = loss - self.smoothing / k * spread
-        nll = -true_class.detach()
-        if self.pad is not None:
-            loss = loss.masked_fill(target == self.pad, 0.0)
-            nll = nll.masked_fill(target == self.pad, 0.0)
-        return loss.sum(), nll.sum()
 
     def extra_repr(self) -> str:
         return (
             f"vocab_size={self.vocab_size}, smoothing={self.smoothing}, pad={self.pad}, "
             f"smooth_pad={self.smooth_pad}"
         )
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """The smoothed loss's forward pass, and its gradient written out: ∂H(q, p)/∂logits = p − q.
+
+    Autograd would find the same gradient through the log-softmax, the gather and the two slices,
+    but on the way it builds several (..., V)-sized tensors of zeros and adds them up; over a
+    vocabulary of thousands, for every target token of a batch, that costs more than the
+    log-softmax itself. Here the backward pass is one exp and a few in-place updates.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float, pad: int | None, k: int,
+                pad_gets_share: bool) -> tuple[Tensor, Tensor]:
+        log_probs = F.log_softmax(_upcast(logits), dim=-1)
+        true_class = log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        # -Σ_c q_c log p_c without building q: (1 - ε) times the true class's term, plus ε/K times
+        # the sum over the K classes that share the smoothing mass.
+        loss = -(1.0 - smoothing) * true_class
+        if smoothing > 0:
+            if pad_gets_share:
+                spread = log_probs.sum(-1)
+            else:  # two views around the pad column: no copy, and no cancellation if log p_pad is -inf
+                spread = log_probs[..., :pad].sum(-1) + log_probs[..., pad + 1 :].sum(-1)
+            loss = loss - smoothing / k * spread
+        nll = -true_class
+        if pad is not None:
+            real = target != pad
+            loss, nll = loss.masked_fill(~real, 0.0), nll.masked_fill(~real, 0.0)
+        ctx.save_for_backward(log_probs, target)
+        ctx.settings = (smoothing, pad, k, pad_gets_share, logits.dtype)
+        loss, nll = loss.sum(), nll.sum()
+        ctx.mark_non_differentiable(nll)  # the plain cross-entropy is reported, never minimized
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor):
+        log_probs, target = ctx.saved_tensors
+        smoothing, pad, k, pad_gets_share, dtype = ctx.settings
+        grad = log_probs.exp()  # p
+        grad.scatter_add_(-1, target.unsqueeze(-1), torch.full_like(grad[..., :1], smoothing - 1.0))
+        if smoothing > 0:  # q's smoothing share, ε/K on each of the K classes
+            grad.sub_(smoothing / k)
+            if not pad_gets_share:
+                grad[..., pad] += smoothing / k
+        if pad is not None:  # padding positions contribute nothing
+            grad.masked_fill_((target == pad).unsqueeze(-1), 0.0)
+        return (grad * grad_loss).to(dtype), None, None, None, None, None
+
 
 # %% ../book/08_regularization.ipynb #01cf5247
 def token_nll(logits: Tensor, target: Tensor, pad: int | None = PAD) -> Tensor:

@@ -215,3 +215,46 @@ def test_errors():
         loss_fn(torch.randn(2, 7), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="target must hold integer class ids"):
         loss_fn(torch.randn(2, 10), torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"smooth_pad": True}, {"pad": None}, {"smoothing": 0.0}, {"pad": 3}, {"smoothing": 0.3}]
+)
+def test_the_written_out_gradient_is_autograds(options):
+    """loss_and_nll's backward pass is p − q, written by hand: it must equal what autograd finds
+    through the loss's definition, −Σ q log softmax(logits)."""
+    smoothing, pad = options.get("smoothing", 0.1), options.get("pad", PAD)
+    smooth_pad = options.get("smooth_pad", False)
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 11, (3, 5))
+    if pad is not None:
+        target[0, 3:] = pad
+    loss, nll = LabelSmoothingLoss(11, smoothing, pad=pad, smooth_pad=smooth_pad).loss_and_nll(logits, target)
+    (ours,) = torch.autograd.grad(loss, logits)
+    reference_logits = logits.detach().clone().requires_grad_(True)
+    q = smoothed_distribution(target, 11, smoothing, pad=pad, smooth_pad=smooth_pad).double()
+    reference = -(q * F.log_softmax(reference_logits, dim=-1)).sum()
+    (expected,) = torch.autograd.grad(reference, reference_logits)
+    assert torch.allclose(loss, reference.detach(), atol=1e-10)
+    assert torch.allclose(ours, expected, atol=1e-12)
+    assert not nll.requires_grad
+    criterion = LabelSmoothingLoss(11, smoothing, pad=pad, smooth_pad=smooth_pad)
+    assert torch.autograd.gradcheck(lambda x: criterion.loss_and_nll(x, target)[0], (logits,))
+
+
+def test_the_gradient_keeps_the_dtype_of_low_precision_logits():
+    logits = torch.randn(4, 9).to(torch.bfloat16).requires_grad_(True)
+    loss, _ = LabelSmoothingLoss(9, 0.1).loss_and_nll(logits, torch.tensor([1, 2, 0, 8]))
+    loss.backward()
+    assert loss.dtype == torch.float32 and logits.grad.dtype == torch.bfloat16
+    assert torch.isfinite(logits.grad.float()).all()
+
+
+def test_a_pad_logit_of_minus_infinity_gives_finite_loss_and_gradient():
+    logits = torch.randn(2, 6, 7)
+    logits[..., PAD] = float("-inf")
+    logits.requires_grad_(True)
+    loss, _ = LabelSmoothingLoss(7, 0.1).loss_and_nll(logits, torch.randint(1, 7, (2, 6)))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
