@@ -319,9 +319,12 @@ class BPE:
         return self.vocab.lookup_tokens(ids)
 
     def words(self, ids: Sequence[int]) -> list[str]:
-        """Join pieces back into words; specials are dropped."""
-        text = "".join(piece for piece in self.pieces(ids) if piece not in SPECIALS)
-        return text.replace(END_OF_WORD, " ").split()
+        """Join pieces back into words; specials are dropped. An `<unk>` (a character the vocabulary
+        lacks) also ends the word it is in: it may stand for the word's last piece, the one that
+        carried `</w>`, and two words must never be glued into one."""
+        pieces = [END_OF_WORD if piece == SPECIALS[UNK] else piece
+                  for piece in self.pieces(ids) if piece not in SPECIALS[:UNK]]
+        return "".join(pieces).replace(END_OF_WORD, " ").split()
 
     def to_json(self) -> str:
         return self._tokenizer.to_str()

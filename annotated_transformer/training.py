@@ -302,6 +302,9 @@ class Trainer:
         self.epoch = 0  # where fit() is in the data: the epoch, and micro-batches done in it
         self.position = 0
         self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote or resumed
+        # Added to the `extra` of every checkpoint this trainer writes (a caller's fingerprints of
+        # its data, say); the trainer's own entries (epoch, position, ...) take precedence.
+        self.checkpoint_extra: dict[str, Any] = {}
 
     # --- one optimizer step ----------------------------------------------------------------------
 
@@ -450,7 +453,8 @@ class Trainer:
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         """A resumable checkpoint, by default `checkpoint_dir/step_XXXXXXXX.pt`; keeps only the
         newest `keep_checkpoints` files of that directory when that is set. Refuses (with
-        TrainingDiverged) to save parameters that are NaN or infinite.
+        TrainingDiverged) to save parameters that are NaN or infinite. Its `extra` holds the data
+        position and `self.checkpoint_extra`.
 
         In a distributed run every rank calls it: rank 0 alone writes (the ranks hold the same
         parameters), and the others wait for it at a barrier.
@@ -470,7 +474,7 @@ class Trainer:
         directory = self.config.checkpoint_dir
         if self.is_main:
             save_checkpoint(path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                            step=self.step, extra=progress)
+                            step=self.step, extra={**self.checkpoint_extra, **progress})
             in_directory = directory and path.parent.resolve() == Path(directory).resolve()
             if self.config.keep_checkpoints and in_directory:
                 for old in checkpoint_paths(directory)[: -self.config.keep_checkpoints]:
@@ -797,11 +801,19 @@ def resume_newest(trainer: Trainer, directory: str | Path) -> tuple[Path | None,
 # %% ../book/09_training.ipynb #5e6ac939
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: Sequence[Batch], pad: int = PAD, device=None) -> dict[str, float]:
-    """Cross-entropy per target token, perplexity, and exact sequence match under teacher forcing.
+    """Scores of `model` on `batches` under teacher forcing (the true prefix at every position),
+    in evaluation mode (no dropout; the model's mode is restored afterwards):
 
-    Teacher-forced exact match (every target position's arg-max equals the target, end-of-sentence
-    included) is exactly greedy decoding's exact match: greedy feeds back its own arg-maxes, and
-    when those equal the target, it sees the same prefixes teacher forcing gives it.
+    - `nll`: the cross-entropy of every target token that is not `pad` (end-of-sentence included),
+      summed and divided by their number: nats per token, without label smoothing;
+    - `ppl`: the perplexity, `exp(nll)`;
+    - `exact_match`: the fraction of sentences whose every non-`pad` target token is the arg-max of
+      the model's logits at its position (a `pad` arg-max counts as wrong).
+
+    No sentence is decoded. Where every arg-max is right, greedy decoding sees the same prefixes
+    and writes the same sentence; but a greedy result can also differ from this one, since greedy
+    never writes `pad`, stops at a maximum length, and runs other kernels (a cache, other padding)
+    whose rounding can break a near-tie the other way.
     """
     if len(batches) == 0:
         raise ValueError("evaluate needs at least one batch, got none")

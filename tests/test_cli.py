@@ -4,6 +4,7 @@ train | translate | evaluate | average`."""
 import dataclasses
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from annotated_transformer.__main__ import main, option_name
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.tokenization import build_vocabularies
-from annotated_transformer.training import read_checkpoint, save_checkpoint
+from annotated_transformer.training import checkpoint_sha256, read_checkpoint, save_checkpoint
 from annotated_transformer.translation import Recipe
 
 
@@ -290,3 +291,272 @@ def test_experiment_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["experiment", "table4"])
     assert "invalid choice: 'table4'" in capsys.readouterr().err
+
+
+# --- faults: what the user sees --------------------------------------------------------------------
+
+
+def new_run(run, tmp_path, name: str = "new"):
+    """An empty run directory that already holds the fixture run's vocabulary and encoded corpus, so
+    that training in it skips building them (a run directory may hold just these)."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    shutil.copy(run / "vocab.json", run_dir / "vocab.json")
+    shutil.copytree(run / "cache", run_dir / "cache")
+    return run_dir
+
+
+def test_divergence_names_the_step_the_value_and_the_options_and_keeps_a_checkpoint(run, tmp_path, capsys):
+    run_dir = new_run(run, tmp_path)  # the builtin configuration as it is, 10,000 times its learning rate
+    message = fails(capsys, "train", "--config", "builtin", "--run-dir", run_dir, "--lr-factor", "10000",
+                    "--max-steps", "20", "--checkpoint-every", "5", "--quiet", "--device", "cpu")
+    assert message.startswith("python -m annotated_transformer train: error: training diverged at step ")
+    assert re.search(r"the (loss|gradient norm) is (nan|inf)", message)
+    assert "(--lr-factor, now 10000)" in message and "(--warmup, now 150 steps)" in message
+    assert "(--clip-grad-norm, e.g. 1.0)" in message and "new --run-dir" in message
+    assert "\n" not in message
+    kept = re.search(r"step_\d{8}\.pt", message)[0]
+    diverged_at = int(re.search(r"diverged at step (\d+)", message)[1])
+    assert read_checkpoint(run_dir / "checkpoints" / kept)["step"] < diverged_at
+    assert not (run_dir / "model.pt").exists()
+
+
+def test_divergence_before_the_first_checkpoint_lets_the_corrected_command_start_over(run, tmp_path, capsys):
+    run_dir = new_run(run, tmp_path)
+    message = fails(capsys, "train", "--run-dir", run_dir, *TINY, "--lr-factor", "1e12",
+                    "--checkpoint-every", "5")
+    assert "no checkpoint had been written yet" in message
+    assert f"the same command with other values starts {run_dir} again" in message
+    assert main(["train", "--run-dir", str(run_dir), *TINY, "--checkpoint-every", "5"]) == 0
+    assert "takes the new settings of lr_factor" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--lr-factor", "inf", "--lr-factor must be a positive finite number, got inf"),
+        ("--lr-factor", "nan", "--lr-factor must be a positive finite number, got nan"),
+        ("--lr-factor", "0", "--lr-factor must be a positive finite number, got 0.0"),
+        ("--lr-factor", "-1", "--lr-factor must be a positive finite number, got -1.0"),
+        ("--clip-grad-norm", "0", "--clip-grad-norm must be a positive finite number (leave it out for no "
+         "clipping), got 0.0"),
+        ("--clip-grad-norm", "inf", "--clip-grad-norm must be a positive finite number (leave it out for no "
+         "clipping), got inf"),
+        ("--dropout", "1.5", "--dropout must lie in [0, 1), got 1.5"),
+        ("--label-smoothing", "1", "--label-smoothing must lie in [0, 1), got 1.0"),
+        ("--layers", "-2", "--layers must be at least 1, got -2"),
+        ("--d-ff", "0", "--d-ff must be at least 1, got 0"),
+        ("--warmup", "0", "--warmup must be at least 1, got 0"),
+        ("--accumulate", "0", "--accumulate must be at least 1, got 0"),
+        ("--max-steps", "-5", "--max-steps must be at least 1, got -5"),
+        ("--alpha", "nan", "--alpha must be >= 0 and finite, got nan"),
+        ("--max-minutes", "nan", "--max-minutes must be positive (inf: no time limit), got nan"),
+        ("--vocab-size", "4", "--vocab-size must exceed the 4 special tokens, got 4"),
+    ],
+)
+def test_values_no_training_could_use_are_refused_naming_the_option(tmp_path, capsys, option, value, message):
+    assert fails(capsys, "train", "--run-dir", tmp_path / "x", option, value).endswith(message)
+    assert not (tmp_path / "x").exists()
+
+
+def test_gradient_clipping_is_an_option(run, tmp_path, capsys):
+    run_dir = new_run(run, tmp_path)
+    assert main(["train", "--run-dir", str(run_dir), *TINY, "--clip-grad-norm", "0.5"]) == 0
+    assert json.loads((run_dir / "recipe.json").read_text())["clip_grad_norm"] == 0.5
+    extra = read_checkpoint(run_dir / "checkpoints" / KEPT[-1])["extra"]
+    assert extra["train_config"]["clip_grad_norm"] == 0.5
+    assert "clip_grad_norm: 0.5 -> 1.0" in fails(capsys, "train", "--run-dir", run_dir, *TINY,
+                                                 "--clip-grad-norm", "1.0")
+
+
+def test_a_checkpoint_with_non_finite_weights_is_refused_everywhere_in_one_line(run, tmp_path, capsys):
+    checkpoint = torch.load(run / "checkpoints" / KEPT[-1], weights_only=True)
+    checkpoint["model"]["generator.proj.weight"][0, 0] = float("inf")
+    checkpoint["sha256"] = checkpoint_sha256(checkpoint)  # whole and sound, but not finite
+    bad = tmp_path / "checkpoints" / "step_00000009.pt"
+    bad.parent.mkdir()
+    torch.save(checkpoint, bad)
+    shutil.copy(run / "vocab.json", tmp_path / "vocab.json")
+    for argv in (["average", bad.parent, "--last", "1", "-o", tmp_path / "avg.pt"],
+                 ["translate", bad, "Hallo."], ["evaluate", bad, "--limit", "2"]):
+        message = fails(capsys, *argv)
+        assert "holds NaN or infinite parameters" in message and "\n" not in message
+    assert not (tmp_path / "avg.pt").exists()
+
+
+def swapped_vocabulary(run, path):
+    """The run's vocabulary with two of its BPE pieces exchanged: same size, other ids."""
+    data = json.loads((run / "vocab.json").read_text(encoding="utf-8"))
+    pieces = data["bpe"]["model"]["vocab"]
+    a, b = list(pieces)[10], list(pieces)[11]
+    pieces[a], pieces[b] = pieces[b], pieces[a]
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_a_vocabulary_of_the_same_size_but_not_the_runs_is_refused(run, tmp_path, capsys):
+    other = swapped_vocabulary(run, tmp_path / "vocab.json")
+    step = run / "checkpoints" / KEPT[-1]
+    for argv in (["translate", step, "--vocab", other, "Hallo."], ["evaluate", step, "--vocab", other],
+                 ["translate", run, "--vocab", other, "Hallo."]):
+        assert "is not the vocabulary" in fails(capsys, *argv)
+    assert main(["average", str(run / "checkpoints"), "--last", "2", "-o", str(tmp_path / "avg.pt")]) == 0
+    averaged = read_checkpoint(tmp_path / "avg.pt")["extra"]
+    assert averaged["vocab_sha256"] == read_checkpoint(step)["extra"]["vocab_sha256"]
+    assert averaged["recipe"]["d_model"] == 32 and averaged["config_sha256"]
+    assert "is not the vocabulary" in fails(capsys, "translate", tmp_path / "avg.pt", "Hallo.")
+
+
+def test_checkpoints_of_runs_with_different_vocabularies_are_not_averaged(run, tmp_path, capsys):
+    checkpoint = torch.load(run / "checkpoints" / KEPT[-1], weights_only=True)
+    checkpoint["extra"]["vocab_sha256"] = "0" * 64  # a run of the same model with another vocabulary
+    checkpoint["sha256"] = checkpoint_sha256(checkpoint)
+    torch.save(checkpoint, tmp_path / "other.pt")
+    message = fails(capsys, "average", run / "checkpoints" / KEPT[0], tmp_path / "other.pt",
+                    "-o", tmp_path / "a.pt")
+    assert "come from different training runs (their vocabularies differ)" in message
+
+
+def test_sentences_the_model_cannot_read_get_one_warning_on_stderr(run, capsys):
+    assert main(["translate", str(run), "Привет, как дела?", "我爱你", "Der Hund.", "--beam-size", "1",
+                 "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3
+    (warning,) = captured.err.splitlines()
+    assert warning.startswith("python -m annotated_transformer translate: warning: 2 of 3 sentence(s) are "
+                              "mostly <unk>")
+    long = " ".join(de for de, _ in corpus("builtin", "val")[:3])
+    assert main(["translate", str(run), long, "--beam-size", "1", "--device", "cpu"]) == 0
+    assert "longer than the longest the model was trained on" in capsys.readouterr().err
+
+
+def test_a_time_limit_reports_the_steps_trained_and_how_to_go_on(run, tmp_path, capsys):
+    run_dir = new_run(run, tmp_path)
+    command = ["train", "--run-dir", str(run_dir), *TINY[:1], "50", *TINY[2:], "--max-minutes", "0.000001"]
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"trained 1 step into {run_dir} (")
+    assert "the time limit (--max-minutes 1e-06) stopped it at step 1 of 50" in out
+    assert "to go on, run the same command with a larger --max-minutes" in out and "trained 50" not in out
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert f"{run_dir} has used up its time limit (--max-minutes 1e-06) at step 1 of 50" in out
+    assert main([*command[:-1], "inf"]) == 0
+    assert f"resumed {run_dir} at step 1 and trained to step 50" in capsys.readouterr().out
+
+
+def fake_multi30k(folder):
+    """A folder laid out like Multi30k's, uncompressed, with a few built-in sentences in each split."""
+    folder.mkdir()
+    for split, name in (("train", "train"), ("val", "val"), ("test", "test_2016_flickr")):
+        pairs = corpus("builtin", split)[:200]
+        (folder / f"{name}.de").write_text("".join(de + "\n" for de, _ in pairs), encoding="utf-8")
+        (folder / f"{name}.en").write_text("".join(en + "\n" for _, en in pairs), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No download and an empty cache: a test that would reach the network fails instead."""
+    import annotated_transformer.data as data
+
+    def no_network(url, *args, **kwargs):
+        raise data.DataError(f"could not download {url}: the tests are offline")
+
+    monkeypatch.setattr(data, "_download", no_network)
+    monkeypatch.setenv("ANNOTATED_TRANSFORMER_CACHE", str(tmp_path / "empty-cache"))
+
+
+def test_evaluate_reads_the_test_set_from_the_runs_data_folder(tmp_path, capsys, offline):
+    data_dir = fake_multi30k(tmp_path / "multi30k")
+    run_dir = tmp_path / "run"
+    assert main(["train", "--corpus", "multi30k", "--data-dir", str(data_dir), "--run-dir", str(run_dir),
+                 *TINY, "--vocab-size", "300"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run_dir), "--limit", "3", "--beam-size", "1", "--device", "cpu"]) == 0
+    assert f"multi30k test (from {data_dir.resolve()}): 3 sentences" in capsys.readouterr().out
+
+
+def test_data_errors_name_the_options_not_python_arguments(tmp_path, capsys, offline):
+    message = fails(capsys, "train", "--corpus", "multi30k", "--run-dir", tmp_path / "r", "--no-download")
+    assert "--no-download was given" in message and "pass --data-dir a folder" in message
+    assert "root=" not in message and "download=" not in message
+    message = fails(capsys, "train", "--corpus", "multi30k", "--run-dir", tmp_path / "r", "--data-dir",
+                    tmp_path / "missing")
+    assert f"--data-dir {tmp_path / 'missing'} is not a folder" in message and "root=" not in message
+    (tmp_path / "folder").mkdir()
+    message = fails(capsys, "train", "--corpus", "multi30k", "--run-dir", tmp_path / "r", "--data-dir",
+                    tmp_path / "folder")
+    assert "(--data-dir)" in message and "root=" not in message
+
+
+def test_a_device_this_machine_lacks_is_refused_before_any_work(run, tmp_path, capsys):
+    gpu = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+    message = fails(capsys, "train", "--run-dir", tmp_path / "gpu", "--device", gpu, *TINY[:-1])
+    assert f"--device {gpu}: " in message and "use --device cpu" in message
+    assert not (tmp_path / "gpu").exists()
+    assert f"--device {gpu}: " in fails(capsys, "translate", run, "Hallo.", "--device", gpu)
+
+
+def test_damaged_history_and_recipe_are_recovered_by_the_same_command(run, tmp_path, capsys):
+    run_dir = shutil.copytree(run, tmp_path / "run")
+    (run_dir / "history.json").write_text("[{")
+    (run_dir / "recipe.json").write_text("{")
+    assert main(["train", "--run-dir", str(run_dir), *TINY[:1], "5", *TINY[2:]]) == 0
+    err = capsys.readouterr().err
+    assert "recipe.json is damaged" in err and "restored it from" in err and "recipe.json.damaged" in err
+    assert "history.json is damaged" in err and "kept it as history.json.damaged" in err
+    assert "delete the run directory" not in err
+    (run_dir / "recipe.json").write_text("{")
+    assert main(["translate", str(run_dir), "Der Hund.", "--device", "cpu"]) == 0
+    assert "using the copy of the recipe in" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_line(run, tmp_path, capsys, monkeypatch):
+    (tmp_path / "latin1.de").write_bytes("Der Hund.\nDie Stra\u00dfe.\n".encode("latin-1"))
+    message = fails(capsys, "translate", run, "--input", tmp_path / "latin1.de")
+    assert message.endswith(f"--input {tmp_path / 'latin1.de'} is not UTF-8 text: line 2, column 9 holds the "
+                            f"byte 0xdf; save it as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8)")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"Hallo.\n\xe4\n"), encoding="utf-8"))
+    assert "standard input is not UTF-8 text: line 2, column 1" in fails(capsys, "translate", run)
+    assert f"--input {tmp_path} is a directory" in fails(capsys, "translate", run, "--input", tmp_path)
+    (tmp_path / "bom.de").write_bytes("\ufeffDer Hund.\n".encode())
+    main(["translate", str(run), "--input", str(tmp_path / "bom.de"), "--beam-size", "1", "--device", "cpu"])
+    with_bom = capsys.readouterr().out
+    main(["translate", str(run), "Der Hund.", "--beam-size", "1", "--device", "cpu"])
+    assert capsys.readouterr().out == with_bom
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_path, capsys, monkeypatch):
+    from annotated_transformer import __main__ as cli
+
+    def never(*args, **kwargs):
+        raise AssertionError("translated before checking the output")
+
+    monkeypatch.setattr(cli.Translator, "translate", never)
+    (tmp_path / "file").write_text("x")
+    cases = {
+        tmp_path: f"--output {tmp_path} is a directory: give the name of a file to write",
+        tmp_path / "file" / "out.txt": f"--output {tmp_path / 'file' / 'out.txt'} cannot be written: "
+                                       f"{tmp_path / 'file'} is a file, not a folder",
+    }
+    for output, expected in cases.items():
+        assert fails(capsys, "translate", run, "Hallo.", "--output", output).endswith(expected)
+    assert "is a directory" in fails(capsys, "evaluate", run, "--output", tmp_path)
+    assert "is a directory" in fails(capsys, "average", run / "checkpoints", "-k", "1", "-o", tmp_path)
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)
+    message = fails(capsys, "translate", run, "Hallo.", "--output", tmp_path / "out.txt")
+    assert message.endswith(f"--output {tmp_path / 'out.txt'} cannot be written: no permission to write in "
+                            f"{tmp_path}")
+
+
+def test_a_failed_write_names_the_users_file_not_a_temporary_one(run, tmp_path, capsys, monkeypatch):
+    from annotated_transformer import __main__ as cli
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device", str(path.with_name(f".{path.name}.123.tmp")))
+
+    monkeypatch.setattr(cli, "atomic_write_text", full_disk)
+    output = tmp_path / "out.txt"
+    message = fails(capsys, "translate", run, "Hallo.", "--beam-size", "1", "--output", output)
+    assert message.endswith(f"cannot write --output {output}: No space left on device")

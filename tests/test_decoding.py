@@ -22,6 +22,7 @@ from annotated_transformer.decoding import (
     beam_search_hypotheses,
     greedy_decode,
     length_penalty,
+    save_average,
 )
 from annotated_transformer.layers import LearnedPositionalEmbedding, PositionalEncoding
 from annotated_transformer.model import DecoderCache, make_model
@@ -531,3 +532,52 @@ def test_average_last_checkpoints_errors(tmp_path):
         average_last_checkpoints(tmp_path, k=0)
     with pytest.raises(FileNotFoundError):
         average_last_checkpoints(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"beam_size": 2.5}, "beam_size must be a whole number"),
+        ({"beam_size": True}, "beam_size must be a whole number"),
+        ({"beam_size": -1}, "beam_size must be at least 1"),
+        ({"alpha": float("nan")}, "alpha must be a number"),
+        ({"alpha": float("inf")}, "alpha must be 0 or more, and finite"),
+        ({"alpha": "0.6"}, "alpha must be a number"),
+    ],
+)
+def test_beam_settings_that_would_decode_something_else_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        beam_search(random_model(0), source_batch(0), **settings)
+
+
+def test_averaging_refuses_checkpoints_of_runs_with_different_vocabularies(tmp_path):
+    model = plain_model(0)
+    for name, fingerprint in (("a.pt", "1" * 64), ("b.pt", "2" * 64)):
+        save_checkpoint(tmp_path / name, model=model, extra={"vocab_sha256": fingerprint})
+    with pytest.raises(CheckpointError, match=r"different training runs \(their vocabularies differ\)"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+    save_checkpoint(tmp_path / "c.pt", model=model)  # no fingerprint (not written by a run): accepted
+    average_checkpoints([tmp_path / "a.pt", tmp_path / "c.pt"])
+
+
+def test_an_average_keeps_the_fingerprints_of_its_run(tmp_path):
+    identity = {"vocab_sha256": "1" * 64, "config_sha256": "2" * 64, "recipe": {"name": "tiny"}}
+    paths = [save_checkpoint(tmp_path / f"step_{step:08d}.pt", model=plain_model(step), step=step,
+                             extra={**identity, "epoch": 0}) for step in (1, 2)]
+    steps = save_average(paths, tmp_path / "avg.pt", {"note": "x"})
+    extra = read_checkpoint(tmp_path / "avg.pt")["extra"]
+    assert steps == [1, 2] and extra == {**identity, "averaged_steps": [1, 2], "note": "x"}
+    assert read_checkpoint(average_last_checkpoints(tmp_path, k=2))["extra"]["vocab_sha256"] == "1" * 64
+
+
+def test_averaging_refuses_a_checkpoint_with_non_finite_weights(tmp_path):
+    model = plain_model(0)
+    good = save_checkpoint(tmp_path / "good.pt", model=model)
+    with torch.no_grad():
+        model.generator.proj.weight[0, 0] = float("nan")
+    checkpoint = torch.load(good, weights_only=True)
+    checkpoint["model"] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    checkpoint["sha256"] = checkpoint_sha256(checkpoint)  # a sound file, with NaN in it
+    torch.save(checkpoint, tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match="NaN or infinite parameters"):
+        average_checkpoints([good, tmp_path / "nan.pt"])

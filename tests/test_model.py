@@ -572,3 +572,42 @@ def test_table3_rows_a_have_exactly_the_base_count(row):
     assert config_parameter_count(TransformerConfig(**overrides)) == config_parameter_count(
         TransformerConfig()
     )
+
+
+# --- the Harvard notebook's make_model(src_vocab, tgt_vocab, N=...) ----------------------------------
+
+
+def test_harvard_form_with_different_vocabulary_sizes_builds_separate_embeddings():
+    model = make_model(11, 13, N=2, d_model=32, d_ff=64, h=4, dropout=0.0)
+    config = model.config
+    assert (config.src_vocab_size, config.tgt_vocab_size, config.n_layers, config.n_heads) == (11, 13, 2, 4)
+    assert (config.d_model, config.d_ff, config.dropout, config.share_embeddings) == (32, 64, 0.0, False)
+    assert model.src_embed is not model.tgt_embed
+    assert model.generator.proj.weight is model.tgt_embed.lut.weight  # §3.4's tie on the target side
+    src, tgt = torch.randint(1, 11, (2, 5)), torch.randint(1, 13, (2, 4))
+    assert model(src, tgt, None, None).shape == (2, 4, 13)
+
+
+def test_harvard_form_by_position_and_with_one_vocabulary():
+    model = make_model(11, 11, 1, 32, 64, 4, 0.0)  # N, d_model, d_ff, h, dropout in the Harvard order
+    config = model.config
+    sizes = (config.n_layers, config.d_model, config.d_ff, config.n_heads, config.dropout)
+    assert sizes == (1, 32, 64, 4, 0.0)
+    assert config.share_embeddings and model.src_embed is model.tgt_embed
+    assert make_model(src_vocab_size=11, tgt_vocab_size=11, N=1, h=4, d_model=32).config.n_layers == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: make_model(1000), r"needs the target vocabulary size too.*make_model\(src_vocab_size="),
+        (lambda: make_model(11, 11, heads=2), r"unknown argument 'heads'.*the keyword form is make_model\("),
+        (lambda: make_model(N=2, n_layers=3), "got both 'N' and 'n_layers'"),
+        (lambda: make_model(11, 11, 2, N=3), "got N twice"),
+        (lambda: make_model("base"), r"a TransformerConfig or two vocabulary sizes first, got 'base'"),
+        (lambda: make_model(11, 11, 1, 32, 64, 4, 0.0, 7), "at most 7 positional arguments"),
+    ],
+)
+def test_make_model_calls_it_cannot_read_show_the_keyword_form(call, message):
+    with pytest.raises(TypeError, match=message):
+        call()

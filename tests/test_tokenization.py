@@ -382,3 +382,13 @@ def test_batch_sequence_builds_batches(encoded):
     assert isinstance(sliced, list) and len(sliced) == 3 and all(isinstance(b, Batch) for b in sliced)
     assert torch.equal(sliced[0].src, batches[1].src) and batches[-1].src.shape == list(batches)[-1].src.shape
     assert sum(b.n_tokens for b in batches) == sum(len(t) + 1 for t in encoded.target)
+
+
+def test_bpe_words_never_glue_a_word_ending_in_unk_to_the_next():
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    bpe = BPE.train([[word] * count for word, count in counts.items()], vocab_size=4 + 11 + 3)
+    ids = bpe.encode(["slow!", "low", "new"])  # "!" is unknown: its <unk> replaced the piece with </w>
+    assert bpe.pieces(ids)[3] == "<unk>"
+    assert bpe.words(ids) == ["slow", "low", "new"]
+    ids = bpe.encode(["ne!", "low"])
+    assert bpe.words(ids) == ["ne", "low"]

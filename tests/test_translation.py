@@ -5,6 +5,7 @@ Everything trains tiny models on the built-in corpus (no network, no Multi30k).
 
 import dataclasses
 import json
+import warnings
 
 import pytest
 import sacrebleu
@@ -13,12 +14,15 @@ import torch
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
-from annotated_transformer.training import checkpoint_paths
+from annotated_transformer.training import checkpoint_paths, read_checkpoint
 from annotated_transformer.translation import (
     RECIPES,
+    RESUMABLE_FIELDS,
+    InputWarning,
     Translator,
     attention_maps,
     bleu,
+    check_device,
     evaluate_bleu,
     get_recipe,
     train_translation,
@@ -251,3 +255,100 @@ def test_attention_maps_shapes_masks_and_rows(trained):
 def test_recipe_json_round_trips(trained):
     saved = json.loads((trained.run_dir / "recipe.json").read_text())
     assert saved == dataclasses.asdict(trained.recipe)
+
+
+# --- values refused where they enter -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"n_layers": -2}, "n_layers must be at least 1, got -2"),
+        ({"d_model": 0}, "d_model must be at least 1, got 0"),
+        ({"max_steps": 0}, "max_steps must be at least 1, got 0"),
+        ({"warmup": 0}, "warmup must be at least 1, got 0"),
+        ({"accumulate": 0}, "accumulate must be at least 1, got 0"),
+        ({"dropout": 1.5}, r"dropout must lie in \[0, 1\), got 1.5"),
+        ({"label_smoothing": -0.1}, r"label_smoothing must lie in \[0, 1\), got -0.1"),
+        ({"lr_factor": float("inf")}, "lr_factor must be a positive finite number, got inf"),
+        ({"lr_factor": float("nan")}, "lr_factor must be a positive finite number, got nan"),
+        ({"lr_factor": 0.0}, "lr_factor must be a positive finite number, got 0.0"),
+        ({"clip_grad_norm": -1.0}, "clip_grad_norm must be a positive finite number"),
+        ({"alpha": float("nan")}, "alpha must be >= 0 and finite, got nan"),
+        ({"max_minutes": float("nan")}, "max_minutes must be positive"),
+        ({"precision": "fp8"}, "precision must be 'fp32', 'bf16' or 'fp16', got 'fp8'"),
+        ({"vocab_size": 4}, "vocab_size must exceed the 4 special tokens, got 4"),
+        ({"n_layers": 2.5}, "n_layers must be a whole number, got 2.5"),
+        ({"dropout": "0.1"}, "dropout must be a number, got '0.1'"),
+        ({"compile": "yes"}, "compile must be true or false, got 'yes'"),
+        ({"corpus": "wmt14"}, "unknown corpus 'wmt14'"),
+    ],
+)
+def test_recipes_refuse_what_training_would_refuse_later_naming_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        get_recipe("builtin", **overrides)
+
+
+def test_gradient_clipping_is_a_recipe_field_passed_to_training(tmp_path):
+    recipe = tiny_recipe(clip_grad_norm=0.5, max_steps=2)
+    assert recipe.train_config(tmp_path).clip_grad_norm == 0.5
+    assert "clip_grad_norm" not in RESUMABLE_FIELDS  # it changes the optimization
+    run = train_translation(recipe, tmp_path / "r", device="cpu", progress=False)
+    checkpoint = read_checkpoint(checkpoint_paths(run.run_dir / "checkpoints")[-1])
+    assert checkpoint["extra"]["train_config"]["clip_grad_norm"] == 0.5
+    with pytest.raises(ValueError, match=r"clip_grad_norm: 0\.5 -> 1\.0"):
+        train_translation(tiny_recipe(clip_grad_norm=1.0, max_steps=2), run.run_dir, device="cpu",
+                          progress=False)
+
+
+@pytest.mark.parametrize("beam_size", [0, -1, 2.5])
+def test_a_beam_size_that_is_not_a_beam_is_refused_not_decoded_greedily(trained, beam_size):
+    translator = Translator.load(trained.run_dir, device="cpu")
+    with pytest.raises(ValueError, match="beam_size must be"):
+        translator.translate(["Der Hund schläft."], beam_size=beam_size)
+    with pytest.raises(ValueError, match="beam_size must be"):
+        Translator(trained.model, trained.vocabs, device="cpu", beam_size=beam_size)
+
+
+def missing_gpu() -> str:
+    """A CUDA device this machine does not have."""
+    return f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+
+
+def test_a_device_the_machine_lacks_is_refused_before_anything_is_written(trained, tmp_path):
+    with pytest.raises(ValueError, match=r"device='cuda.*'cpu'"):
+        train_translation(tiny_recipe(), tmp_path / "gpu", device=missing_gpu(), progress=False)
+    assert not (tmp_path / "gpu").exists()
+    with pytest.raises(ValueError, match="device='cuda"):
+        Translator.load(trained.run_dir, device=missing_gpu())
+    assert check_device("cpu") == torch.device("cpu")
+
+
+# --- what the model cannot read ------------------------------------------------------------------
+
+
+def test_sentences_in_another_script_are_reported_with_their_share_of_unknown_tokens(trained):
+    translator = Translator.load(trained.run_dir, device="cpu", beam_size=1)
+    sentences = ["Der Hund schläft.", "Привет, как дела?", "我爱你"]
+    with pytest.warns(InputWarning, match=r"2 of 3 sentence\(s\) are mostly <unk>.*sentence 2: 9\d% of"):
+        infos = translator.translate_with_info(sentences)
+    assert [info.unreadable for info in infos] == [False, True, True]
+    assert infos[2].unknown_tokens == infos[2].source_tokens > 0 and infos[0].unknown_tokens == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert translator.translate(sentences[0]) == infos[0].text  # a readable sentence: no warning
+
+
+def test_a_sentence_longer_than_any_in_training_is_reported_and_one_too_long_refused(trained):
+    translator = Translator.load(trained.run_dir, device="cpu", beam_size=1)
+    longest = translator.max_source_tokens
+    assert longest == max(len(ids) for ids in translator.vocabs.source.encode_batch(
+        [de for de, _ in builtin_corpus("train")]))
+    long = " ".join(de for de, _ in builtin_corpus("val")[:4])
+    expected = rf"longer than the longest the model was trained on, {longest} tokens"
+    with pytest.warns(InputWarning, match=expected):
+        (info,) = translator.translate_with_info([long])
+    assert info.too_long and info.source_tokens > longest
+    huge = " ".join(["Hund"] * (translator.model.config.max_len + 1))
+    with pytest.raises(ValueError, match=r"sentence 2 has 5,00\d tokens, more than the model can read"):
+        translator.translate(["Hund.", huge])

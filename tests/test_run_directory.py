@@ -1,0 +1,214 @@
+"""A run directory (chapter 13) under faults: a killed process, damaged side files, a run that failed
+at its start, a vocabulary that is not the run's. Nothing is lost that the checkpoints can restore.
+
+Everything trains tiny models on the built-in corpus (no network, no Multi30k).
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from annotated_transformer.data import builtin_corpus
+from annotated_transformer.model import config_sha256
+from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
+from annotated_transformer.training import CheckpointError, checkpoint_paths, evaluate, read_checkpoint
+from annotated_transformer.translation import (
+    Translator,
+    get_recipe,
+    run_data_dir,
+    train_translation,
+)
+
+TINY = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "vocab_size": 300, "max_tokens": 600,
+        "warmup": 10, "checkpoint_every": 2, "average_last": 2, "max_steps": 4}
+
+
+def recipe(**overrides):
+    return get_recipe("builtin", **{**TINY, **overrides})
+
+
+def train(run_dir, **overrides):
+    return train_translation(recipe(**overrides), run_dir, device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished tiny run; tests copy it before they damage it."""
+    return train(tmp_path_factory.mktemp("runs") / "finished")
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    return shutil.copytree(finished.run_dir, tmp_path / "run")
+
+
+def test_every_checkpoint_records_the_recipe_and_the_fingerprints(finished):
+    vocabs = Vocabularies.load(finished.run_dir / "vocab.json")
+    for path in [*checkpoint_paths(finished.run_dir / "checkpoints"), finished.model_path]:
+        extra = read_checkpoint(path)["extra"]
+        assert extra["vocab_sha256"] == vocabs.sha256(), path.name
+        assert extra["config_sha256"] == config_sha256(finished.model.config), path.name
+        assert extra["recipe"]["d_model"] == 32 and extra["longest_source"] > 0, path.name
+
+
+def test_a_step_checkpoint_refuses_a_vocabulary_of_another_run(finished, tmp_path):
+    other = train(tmp_path / "other", vocab_size=200, max_steps=2)
+    step = checkpoint_paths(finished.run_dir / "checkpoints")[-1]
+    with pytest.raises(VocabularyError, match="not the vocabulary"):
+        Translator.load(step, other.run_dir / "vocab.json", device="cpu")
+
+
+def test_resuming_with_a_replaced_vocabulary_is_refused(copy, tmp_path):
+    other = train(tmp_path / "other", vocab_size=200, max_steps=2)
+    shutil.copy(other.run_dir / "vocab.json", copy / "vocab.json")
+    with pytest.raises(VocabularyError, match=r"vocab\.json is not the vocabulary .*model\.pt was trained"):
+        train(copy, max_steps=6)
+    kept = [path.name for path in checkpoint_paths(copy / "checkpoints")]
+    assert kept == ["step_00000002.pt", "step_00000004.pt"]
+
+
+def test_a_run_none_of_whose_checkpoints_can_be_resumed_is_not_overwritten(copy):
+    for path in checkpoint_paths(copy / "checkpoints"):
+        path.write_bytes(path.read_bytes()[:1000])  # truncated, as by a full disk
+    with pytest.raises(CheckpointError, match=r"no checkpoint in .* can be resumed.*truncated or corrupt"):
+        train(copy, max_steps=6)
+    assert all(path.stat().st_size == 1000 for path in checkpoint_paths(copy / "checkpoints"))
+
+
+# --- a run that failed at its start ----------------------------------------------------------------
+
+
+def test_a_run_without_checkpoints_takes_a_new_recipe_and_builds_a_new_vocabulary(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    failed = recipe(vocab_size=200, max_steps=1, checkpoint_every=5, dropout=0.3)  # failed at its start
+    (run_dir / "recipe.json").write_text(json.dumps(dataclasses.asdict(failed)))
+    first = train(run_dir, vocab_size=200, max_steps=1, checkpoint_every=5)
+    note = capsys.readouterr().err
+    assert note.endswith("holds no checkpoint yet, so it takes the new settings of dropout\n")
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "model.pt").unlink()
+    again = train(run_dir, vocab_size=250, max_steps=1, checkpoint_every=5)
+    assert "takes the new settings of vocab_size" in capsys.readouterr().err
+    assert len(first.vocabs.source) != len(again.vocabs.source)  # built again, with the new size
+    assert json.loads((run_dir / "recipe.json").read_text())["vocab_size"] == 250
+
+
+def test_a_run_with_only_model_pt_left_keeps_its_recipe(copy):
+    shutil.rmtree(copy / "checkpoints")
+    with pytest.raises(ValueError, match="holds a run of another configuration"):
+        train(copy, dropout=0.2)
+
+
+# --- damaged side files ----------------------------------------------------------------------------
+
+
+def test_a_damaged_history_is_kept_aside_and_started_again(copy, capsys):
+    minutes = read_checkpoint(checkpoint_paths(copy / "checkpoints")[-1])["extra"]["minutes"]
+    (copy / "history.json").write_text('[{"step": 1, "loss"')
+    run = train(copy, max_steps=6)
+    error = capsys.readouterr().err
+    assert "history.json is damaged" in error and "kept it as history.json.damaged" in error
+    assert "starts again at step 4" in error
+    assert (copy / "history.json.damaged").read_text() == '[{"step": 1, "loss"'
+    assert [record["step"] for record in run.history] == [5, 6]
+    assert run.history[0]["minutes"] >= minutes > 0  # the minutes before come from the checkpoint
+
+
+def test_a_damaged_recipe_is_restored_from_the_checkpoints(copy, capsys):
+    (copy / "recipe.json").write_text("{")
+    train(copy, max_steps=6)
+    assert "restored it from" in capsys.readouterr().err
+    assert json.loads((copy / "recipe.json").read_text())["d_model"] == 32
+    assert (copy / "recipe.json.damaged").read_text() == "{"
+    (copy / "recipe.json").write_text("[]")
+    with pytest.raises(ValueError, match="another configuration"):  # the restored recipe still protects
+        train(copy, max_steps=8, d_model=48)
+
+
+def test_a_damaged_recipe_without_a_copy_says_what_to_do(copy):
+    for path in [*checkpoint_paths(copy / "checkpoints"), copy / "model.pt"]:  # written before copies
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["extra"].pop("recipe")
+        torch.save(checkpoint, path)
+    (copy / "recipe.json").write_text("{")
+    with pytest.raises(ValueError, match=r"no checkpoint of .* holds a copy of the recipe: restore"):
+        train(copy, max_steps=6)
+
+
+def test_a_damaged_vocabulary_is_built_again_and_checked(copy, capsys):
+    original = (copy / "vocab.json").read_text()
+    (copy / "vocab.json").write_text(original[: len(original) // 2])
+    train(copy, max_steps=6)
+    assert "built it again" in capsys.readouterr().err
+    assert json.loads((copy / "vocab.json").read_text()) == json.loads(original)
+
+
+def test_a_damaged_hardware_file_is_written_again(copy, capsys):
+    (copy / "hardware.json").write_text("{")
+    run = train(copy, max_steps=6)
+    assert "hardware.json is damaged" in capsys.readouterr().err
+    assert run.hardware["device"] == "cpu" and json.loads((copy / "hardware.json").read_text())
+
+
+# --- a killed process ------------------------------------------------------------------------------
+
+KILLED_WRITER = """
+import os, sys, time
+from pathlib import Path
+import annotated_transformer.training as training
+from annotated_transformer.tokenization import atomic_write_text
+run = Path(sys.argv[1])
+os.fsync = lambda fd: time.sleep(600)  # every write stops between its temporary file and the rename
+if sys.argv[2] == "text":
+    atomic_write_text(run / "history.json", "[]")
+else:
+    training.atomic_save({"x": 1}, run / sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("target", ["text", "checkpoints/step_00000006.pt", "cache/encoded-x.pt"])
+def test_what_a_killed_process_left_half_written_is_removed_at_the_next_start(copy, target):
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(copy), target])
+    folder = copy / (target.rsplit("/", 1)[0] if "/" in target else "")
+    deadline = time.monotonic() + 60
+    while not list(folder.glob(f".*.{writer.pid}.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    (orphan,) = folder.glob(f".*.{writer.pid}.tmp")
+    train(copy, max_steps=6)
+    assert not orphan.exists()
+
+
+# --- the data folder -------------------------------------------------------------------------------
+
+
+def test_the_data_folder_of_a_run_is_recorded(tmp_path):
+    run_dir = tmp_path / "run"
+    train_translation(recipe(max_steps=1), run_dir, device="cpu", progress=False,
+                      corpus_options={"root": tmp_path})  # the built-in corpus ignores it
+    assert run_data_dir(run_dir) == tmp_path.resolve()
+    (run_dir / "run.json").write_text("{")
+    assert run_data_dir(run_dir) is None  # a damaged run.json is only a lost default
+
+
+# --- chapter 9's evaluate says what it computes -----------------------------------------------------
+
+
+def test_evaluate_documents_each_value_it_returns(finished):
+    pairs = encode_pairs(builtin_corpus("val")[:20], finished.vocabs)
+    batches = token_batches(pairs, 400, shuffle=False)(0)
+    result = evaluate(finished.model, list(batches))
+    assert set(result) == {"nll", "ppl", "exact_match"}
+    for key in result:
+        assert f"`{key}`" in evaluate.__doc__, key
+    assert "is exactly greedy decoding's" not in evaluate.__doc__
