@@ -560,3 +560,17 @@ def test_a_failed_write_names_the_users_file_not_a_temporary_one(run, tmp_path, 
     output = tmp_path / "out.txt"
     message = fails(capsys, "translate", run, "Hallo.", "--beam-size", "1", "--output", output)
     assert message.endswith(f"cannot write --output {output}: No space left on device")
+
+
+def test_a_finite_but_exploded_loss_is_not_reported_as_a_success_in_silence(run, tmp_path, capsys):
+    run_dir = new_run(run, tmp_path)
+    try:  # the small model's loss explodes; whether to NaN depends on the CPU's float arithmetic
+        status = main(["train", "--run-dir", str(run_dir), *TINY[:1], "12", *TINY[2:],
+                       "--lr-factor", "10000"])
+    except SystemExit as exit_info:
+        status = exit_info.code
+    error = capsys.readouterr().err
+    if status == 2:
+        assert "training diverged at step" in error
+    else:
+        assert "is more than twice that of a uniform guess" in error and "--lr-factor" in error
