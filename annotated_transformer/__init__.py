@@ -12,18 +12,18 @@ __all__ = ['attention', 'padding_mask', 'subsequent_mask', 'target_mask', 'Multi
            'batch_by_tokens', 'batch_by_sentences', 'padding_stats', 'TokenBatchSampler', 'copy_task', 'rate',
            'make_optimizer', 'LabelSmoothingLoss', 'smoothed_distribution', 'token_nll', 'perplexity', 'TrainConfig',
            'Trainer', 'evaluate', 'quick_mode', 'save_checkpoint', 'read_checkpoint', 'load_checkpoint',
-           'model_from_checkpoint', 'checkpoint_paths', 'CheckpointError', 'train_copy_task', 'greedy_decode',
-           'beam_search', 'beam_search_hypotheses', 'Hypothesis', 'length_penalty', 'average_checkpoints',
-           'average_last_checkpoints', 'DataError', 'multi30k', 'builtin_corpus', 'corpus', 'SpacyTokenizer',
-           'detokenize', 'Vocab', 'build_vocab_from_iterator', 'BPE', 'TextEncoder', 'Vocabularies', 'VocabularyError',
-           'build_vocabularies', 'encode_pairs', 'cached_encode_pairs', 'token_batches', 'Recipe', 'RECIPES',
-           'get_recipe', 'train_translation', 'Translator', 'bleu', 'evaluate_bleu', 'attention_maps', 'plot_attention',
-           'DistributedContext', 'init_distributed', 'shutdown_distributed', 'shard_batches',
-           'DistributedTokenBatchSampler', 'SelfAttentionLayer', 'RestrictedSelfAttentionLayer', 'RecurrentLayer',
-           'ConvolutionalLayer', 'SeparableConvolutionalLayer', 'band_mask', 'local_attention', 'make_layer',
-           'layer_flops', 'measure_layer', 'sequential_products', 'measure_path_length', 'Variant', 'Scale', 'SCALES',
-           'table3_variants', 'run_variants', 'results_table', 'check_claims', 'plot_variations', 'layer_norm_variants',
-           'stability', 'layer_gradient_norms']
+           'model_from_checkpoint', 'checkpoint_paths', 'CheckpointError', 'TrainingDiverged', 'train_copy_task',
+           'greedy_decode', 'beam_search', 'beam_search_hypotheses', 'Hypothesis', 'length_penalty',
+           'average_checkpoints', 'average_last_checkpoints', 'DataError', 'multi30k', 'builtin_corpus', 'corpus',
+           'SpacyTokenizer', 'detokenize', 'Vocab', 'build_vocab_from_iterator', 'BPE', 'TextEncoder', 'Vocabularies',
+           'VocabularyError', 'build_vocabularies', 'encode_pairs', 'cached_encode_pairs', 'token_batches', 'Recipe',
+           'RECIPES', 'get_recipe', 'train_translation', 'Translator', 'bleu', 'evaluate_bleu', 'attention_maps',
+           'plot_attention', 'InputWarning', 'TranslationInfo', 'DistributedContext', 'init_distributed',
+           'shutdown_distributed', 'shard_batches', 'DistributedTokenBatchSampler', 'SelfAttentionLayer',
+           'RestrictedSelfAttentionLayer', 'RecurrentLayer', 'ConvolutionalLayer', 'SeparableConvolutionalLayer',
+           'band_mask', 'local_attention', 'make_layer', 'layer_flops', 'measure_layer', 'sequential_products',
+           'measure_path_length', 'Variant', 'Scale', 'SCALES', 'table3_variants', 'run_variants', 'results_table',
+           'check_claims', 'plot_variations', 'layer_norm_variants', 'stability', 'layer_gradient_norms']
 
 # %% ../book/01_introduction.ipynb #85c4e38c
 __version__ = "0.1.0"
@@ -43,7 +43,7 @@ from .regularization import LabelSmoothingLoss, perplexity, smoothed_distributio
 from .regularization import token_nll
 from .training import CheckpointError, TrainConfig, Trainer, checkpoint_paths, evaluate
 from .training import load_checkpoint, model_from_checkpoint, quick_mode, read_checkpoint
-from .training import save_checkpoint, train_copy_task
+from .training import TrainingDiverged, save_checkpoint, train_copy_task
 from .decoding import average_checkpoints, average_last_checkpoints, beam_search
 from .decoding import Hypothesis, beam_search_hypotheses, greedy_decode, length_penalty
 from .data import DataError, builtin_corpus, corpus, multi30k
@@ -52,6 +52,7 @@ from .tokenization import VocabularyError, build_vocab_from_iterator, build_voca
 from .tokenization import cached_encode_pairs, detokenize, encode_pairs, token_batches
 from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_recipe
 from .translation import attention_maps, plot_attention, train_translation
+from .translation import InputWarning, TranslationInfo
 from .distributed import DistributedContext, DistributedTokenBatchSampler
 from .distributed import init_distributed, shard_batches, shutdown_distributed
 from .why_self_attention import ConvolutionalLayer, RecurrentLayer, SelfAttentionLayer
@@ -113,6 +114,7 @@ _all_ = [
     "model_from_checkpoint",
     "checkpoint_paths",
     "CheckpointError",
+    "TrainingDiverged",
     "train_copy_task",
     # §6.1: decoding
     "greedy_decode",
@@ -148,6 +150,8 @@ _all_ = [
     "evaluate_bleu",
     "attention_maps",
     "plot_attention",
+    "InputWarning",
+    "TranslationInfo",
     "DistributedContext",
     "init_distributed",
     "shutdown_distributed",

@@ -134,7 +134,7 @@ OPTION_NAMES = {"n_layers": "layers", "n_heads": "heads"}  # N and h in Table 3
 CHOICES = {
     "corpus": CORPORA,
     "vocab": ("bpe", "word"),
-    "precision": ("fp32", "bf16", "fp16"),
+    "precision": ("auto", "fp32", "bf16", "fp16"),
     "positional": ("sinusoidal", "learned"),
     "norm_position": ("post", "pre"),
 }
@@ -159,7 +159,8 @@ RECIPE_HELP = {
     "average_last": "how many of the last checkpoints model.pt averages (§6.1)",
     "beam_size": "beam size that translate and evaluate use by default (§6.1)",
     "alpha": "length penalty alpha of beam search (§6.1)",
-    "precision": "floating-point format of the forward and backward passes (chapter 9)",
+    "precision": "floating-point format of the forward and backward passes; auto: bf16 on a GPU that "
+                 "has it, fp16 on an older one, fp32 on a CPU (chapter 9)",
     "compile": "compile the model with torch.compile",
     "seed": "random seed: initialization, batch order, dropout",
     "d_k": "d_k, the query and key size of each head (§3.2.2; default d_model / h)",

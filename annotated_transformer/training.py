@@ -6,13 +6,13 @@ accumulation, mixed precision, atomic checkpoints that resume exactly, and the c
 
 # %% auto #0
 __all__ = ['QUICK_ENV', 'Precision', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CHECKPOINT_CONTENT', 'quick_mode', 'TrainConfig',
-           'default_device', 'autocast_context', 'check_compile_support', 'compile_forward_loss', 'StepStats',
-           'PendingStep', 'read_steps', 'TrainingDiverged', 'first_non_finite', 'divergence_message', 'Progress',
-           'Trainer', 'CheckpointError', 'unwrap_model', 'state_dict_sha256', 'content_sha256', 'parameters_are_finite',
-           'rng_state', 'set_rng_state', 'atomic_save', 'remove_stale_temporaries', 'save_checkpoint',
-           'checkpoint_sha256', 'read_checkpoint', 'state_differences', 'checkpoint_mismatch', 'load_checkpoint',
-           'model_from_checkpoint', 'checkpoint_path', 'checkpoint_paths', 'resume_newest', 'evaluate',
-           'copy_task_config', 'CopyTaskReport', 'train_copy_task']
+           'default_device', 'resolve_precision', 'autocast_context', 'check_compile_support', 'compile_forward_loss',
+           'StepStats', 'PendingStep', 'read_steps', 'TrainingDiverged', 'first_non_finite', 'divergence_message',
+           'Progress', 'Trainer', 'CheckpointError', 'CheckpointMismatch', 'unwrap_model', 'state_dict_sha256',
+           'content_sha256', 'parameters_are_finite', 'rng_state', 'set_rng_state', 'atomic_save',
+           'remove_stale_temporaries', 'save_checkpoint', 'checkpoint_sha256', 'read_checkpoint', 'state_differences',
+           'checkpoint_mismatch', 'load_checkpoint', 'model_from_checkpoint', 'checkpoint_path', 'checkpoint_paths',
+           'resume_newest', 'evaluate', 'copy_task_config', 'CopyTaskReport', 'train_copy_task']
 
 # %% ../book/09_training.ipynb #ef304db1
 import contextlib
@@ -25,7 +25,8 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -49,7 +50,7 @@ def quick_mode() -> bool:
     return os.environ.get(QUICK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 # %% ../book/09_training.ipynb #aec8578f
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,9 @@ class TrainConfig:
     label_smoothing: float = 0.1  # ε_ls, §5.4
     clip_grad_norm: float | None = None  # not in the paper; None = no clipping
     track_grad_norm: bool = False  # report the gradient norm of every step even without clipping
-    precision: Precision = "fp32"  # "bf16" (CPU or CUDA) or "fp16" (CUDA, with a gradient scaler)
-    compile: bool = False  # torch.compile the model's forward pass
+    precision: Precision = "auto"  # bf16 on a GPU that has it, else fp16 (a gradient scaler); fp32 on a CPU
+    compile: bool = False  # torch.compile the forward pass and the loss (compile_forward_loss)
+    prefetch: bool | None = None  # build the next batches in a background thread (None: on a GPU)
     log_every: int = 100  # steps between log points, where statistics are read and printed (0: only
     # at checkpoints and at the end)
     checkpoint_every: int = 0  # optimizer steps between checkpoints (0 = never)
@@ -88,8 +90,10 @@ class TrainConfig:
         clip = self.clip_grad_norm
         if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise ValueError(f"clip_grad_norm must be a positive finite number or None, got {clip}")
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        if self.prefetch not in (None, True, False):
+            raise ValueError(f"prefetch must be True, False or None (on a GPU only), got {self.prefetch!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("checkpoint_every > 0 needs a checkpoint_dir to write the checkpoints to")
 
@@ -103,14 +107,30 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
+def resolve_precision(device: torch.device, precision: Precision) -> Precision:
+    """The precision to train in: "auto" is bf16 on a GPU that has it, fp16 (with a gradient scaler)
+    on an older GPU, and fp32 on a CPU; an explicit choice the device cannot run is refused."""
+    cuda = device.type == "cuda"
+    if precision == "auto":
+        return ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+    if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"precision 'bf16': this GPU ({torch.cuda.get_device_name(device)}) has no bfloat16 support; "
+            f"use 'fp16' (float16 with a gradient scaler) or 'auto'"
+        )
+    if precision == "fp16" and not cuda:
+        raise ValueError(
+            "precision 'fp16' needs a CUDA GPU (it relies on a gradient scaler); use 'bf16' or 'fp32' "
+            "on the CPU"
+        )
+    return precision
+
+
 def autocast_context(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
     """Mixed precision: matrix products in bf16/fp16, reductions (softmax, norms, loss) in fp32."""
+    precision = resolve_precision(device, precision)
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError(
-            "precision='fp16' needs a CUDA GPU (it relies on a gradient scaler); use 'bf16' on the CPU"
-        )
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
@@ -287,8 +307,11 @@ class Trainer:
             model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp
         )
         self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
-        autocast_context(self.device, config.precision)  # a bad precision fails here, not at step 1
-        self.scaler = torch.amp.GradScaler("cuda", enabled=config.precision == "fp16")
+        self.precision = resolve_precision(self.device, config.precision)  # fails here, not at step 1
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
+        if self.device.type == "cuda":  # float32 matrix products on tensor cores, in TF32 (10-bit mantissa)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        self.prefetch = config.prefetch if config.prefetch is not None else self.device.type == "cuda"
         self.ddp = None  # the DistributedDataParallel wrapper, in a run of several processes
         if self.world_size > 1:  # DDP starts by sending rank 0's parameters to the other ranks
             self.ddp = nn.parallel.DistributedDataParallel(
@@ -329,7 +352,7 @@ class Trainer:
 
     def _micro_step(self, batch: Batch, total_tokens: int | Tensor) -> tuple[Tensor, Tensor]:
         batch = batch.to(self.device, non_blocking=True)
-        with autocast_context(self.device, self.config.precision):
+        with autocast_context(self.device, self.precision):
             loss, nll = self.forward_loss(*batch.tensors())
         # Divide the summed loss by the tokens of the WHOLE accumulated batch: then k micro-batches
         # give exactly the gradient of one batch k times as large, whatever their token counts.
@@ -411,8 +434,9 @@ class Trainer:
                 raise ValueError(
                     f"epoch_batches({self.epoch}) returned no batches: is the training data empty?"
                 )
+            groups = self._groups(batches)
             while self.position < len(batches) and self.step < config.max_steps and not stop:
-                group = batches[self.position : self.position + config.accumulate]
+                group = next(groups)
                 pending.append(self.train_step_async(group))
                 self.position += len(group)
                 progress.advance()
@@ -428,6 +452,27 @@ class Trainer:
                 self.epoch, self.position = self.epoch + 1, 0
         progress.close()
         return history
+
+    def _groups(self, batches: Sequence[Batch]) -> Iterator[list[Batch]]:
+        """The epoch's micro-batch groups from the current position on. With `prefetch` (on a GPU),
+        a background thread builds the next group and starts its copy to the device while the
+        current step runs, so that the data pipeline is never what the device waits for."""
+        accumulate = self.config.accumulate
+
+        def build(start: int) -> list[Batch]:
+            return [batch.to(self.device, non_blocking=True) for batch in batches[start : start + accumulate]]
+
+        starts = range(self.position, len(batches), accumulate)
+        if not self.prefetch:
+            yield from (build(start) for start in starts)
+            return
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ahead = [pool.submit(build, start) for start in starts[:2]]
+            for start in starts[2:]:
+                yield ahead.pop(0).result()
+                ahead.append(pool.submit(build, start))
+            for future in ahead:
+                yield future.result()
 
     def _is_log_point(self) -> bool:
         config = self.config
@@ -503,6 +548,10 @@ CHECKPOINT_VERSION = 2  # 2: the digest covers the whole saved state (1: the par
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used: corrupt, truncated, or for another model."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """A sound checkpoint of another model configuration: not damage, so never passed over."""
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -747,7 +796,7 @@ def load_checkpoint(
     checkpoint = read_checkpoint(path, map_location)
     problems = checkpoint_mismatch(checkpoint, model)
     if any(not problem.startswith("config ") for problem in problems):
-        raise CheckpointError(
+        raise CheckpointMismatch(
             f"{path} was written for another model configuration:\n  " + "\n  ".join(problems)
             + "\nbuild the model with the checkpoint's config: "
             "make_model(TransformerConfig(**read_checkpoint(path)['config']))"
@@ -786,12 +835,15 @@ def checkpoint_paths(directory: str | Path) -> list[Path]:
 
 def resume_newest(trainer: Trainer, directory: str | Path) -> tuple[Path | None, list[str]]:
     """Resume `trainer` from the newest sound checkpoint in `directory`. A newer one that is
-    damaged or truncated is passed over for the one before it. Returns the checkpoint used (None
-    when there is none to resume from) and one message per checkpoint passed over."""
+    damaged or truncated is passed over for the one before it; one of another model configuration
+    is not damage, and raises CheckpointMismatch. Returns the checkpoint used (None when there is
+    none to resume from) and one message per checkpoint passed over."""
     passed_over = []
     for path in reversed(checkpoint_paths(directory)):
         try:
             trainer.resume(path)  # reads and checks the whole file before it changes anything
+        except CheckpointMismatch:
+            raise
         except CheckpointError as error:
             passed_over.append(f"{error}; resuming from the checkpoint before it")
             continue

@@ -76,7 +76,7 @@ class Recipe:
     average_last: int = 5  # §6.1: 5 checkpoints for base, 20 for big
     beam_size: int = 4  # §6.1: beam 4, length penalty α = 0.6
     alpha: float = 0.6
-    precision: str = "fp32"
+    precision: str = "auto"  # bf16 on a GPU that has it, fp16 on an older one, fp32 on a CPU (chapter 9)
     compile: bool = False
     seed: int = 0
     max_minutes: float | None = None  # stop training after this much wall time (None: max_steps only)
@@ -151,7 +151,7 @@ def _check_type(spec: dataclasses.Field, value: Any) -> None:
 
 def _check_choices(recipe: Recipe) -> None:
     choices = {"vocab": ("bpe", "word"), "positional": ("sinusoidal", "learned"),
-               "norm_position": ("post", "pre"), "precision": ("fp32", "bf16", "fp16")}
+               "norm_position": ("post", "pre"), "precision": ("auto", "fp32", "bf16", "fp16")}
     if recipe.corpus not in CORPORA:
         raise ValueError(f"unknown corpus {recipe.corpus!r}: choose one of {', '.join(CORPORA)}")
     for name, allowed in choices.items():
@@ -338,7 +338,9 @@ def _device_problem(device: torch.device) -> str | None:
 
 # Fields that may change when a run is resumed: how long it trains and how it is decoded. Every other
 # field changes the data, the model or the optimization, and would mix two trainings in one run.
-RESUMABLE_FIELDS = ("name", "max_steps", "max_minutes", "average_last", "beam_size", "alpha", "compile")
+RESUMABLE_FIELDS = (
+    "name", "max_steps", "max_minutes", "average_last", "beam_size", "alpha", "compile", "precision"
+)
 # Fields the vocabulary is built from: a run that changes one before its first checkpoint builds anew.
 VOCABULARY_FIELDS = ("corpus", "vocab", "vocab_size", "min_freq")
 RUN_INFO = "run.json"  # where the run's training data came from (the folder of `train --data-dir`)

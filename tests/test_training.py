@@ -30,6 +30,7 @@ from annotated_transformer.training import (
     read_checkpoint,
     read_steps,
     remove_stale_temporaries,
+    resolve_precision,
     resume_newest,
     save_checkpoint,
     state_dict_sha256,
@@ -82,7 +83,7 @@ def test_quick_mode_off_when_unset(monkeypatch):
 def test_train_config_defaults_are_the_papers():
     config = TrainConfig()
     assert (config.max_steps, config.warmup, config.label_smoothing) == (100_000, 4000, 0.1)
-    assert config.clip_grad_norm is None and config.precision == "fp32" and not config.compile
+    assert config.clip_grad_norm is None and config.precision == "auto" and not config.compile
 
 
 @pytest.mark.parametrize(
@@ -625,3 +626,32 @@ def test_compilations_over_many_batch_shapes_are_bounded():
             forward_loss(*batch.tensors())
     assert len(shapes) >= 20  # many shapes ...
     assert len(compilations) <= 2, compilations  # ... few graphs
+
+
+# --- precision and the data pipeline on a GPU ----------------------------------------------------
+
+
+def test_auto_precision_is_float32_on_the_cpu():
+    assert resolve_precision(torch.device("cpu"), "auto") == "fp32"
+    assert trainer().precision == "fp32"
+    with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU"):
+        resolve_precision(torch.device("cpu"), "fp16")
+
+
+def test_a_gpu_without_bfloat16_gets_float16_and_an_explicit_bf16_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "Tesla T4")
+    cuda = torch.device("cuda")
+    assert resolve_precision(cuda, "auto") == "fp16"
+    with pytest.raises(ValueError, match=r"this GPU \(Tesla T4\) has no bfloat16 support; use 'fp16'"):
+        resolve_precision(cuda, "bf16")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    assert resolve_precision(cuda, "auto") == "bf16"
+
+
+def test_prefetching_the_next_batches_trains_exactly_the_same():
+    runs = [trainer(max_steps=9, accumulate=2, prefetch=prefetch, model_overrides={"dropout": 0.1})
+            for prefetch in (True, False)]
+    histories = [t.fit(epoch_batches) for t in runs]
+    assert histories[0] == histories[1]
+    assert max_difference(parameters(runs[0]), parameters(runs[1])) == 0.0

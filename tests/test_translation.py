@@ -276,7 +276,7 @@ def test_recipe_json_round_trips(trained):
         ({"clip_grad_norm": -1.0}, "clip_grad_norm must be a positive finite number"),
         ({"alpha": float("nan")}, "alpha must be >= 0 and finite, got nan"),
         ({"max_minutes": float("nan")}, "max_minutes must be positive"),
-        ({"precision": "fp8"}, "precision must be 'fp32', 'bf16' or 'fp16', got 'fp8'"),
+        ({"precision": "fp8"}, "precision must be 'auto', 'fp32', 'bf16' or 'fp16', got 'fp8'"),
         ({"vocab_size": 4}, "vocab_size must exceed the 4 special tokens, got 4"),
         ({"n_layers": 2.5}, "n_layers must be a whole number, got 2.5"),
         ({"dropout": "0.1"}, "dropout must be a number, got '0.1'"),

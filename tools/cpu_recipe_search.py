@@ -1,0 +1,149 @@
+"""The search behind the `multi30k` recipe (chapter 13): short runs at the budget a 30-minute run on
+two CPU cores gets, scored on the validation set only (never on a test set).
+
+    python tools/cpu_recipe_search.py                # train what is missing, then score every run
+    python tools/cpu_recipe_search.py --score-only   # only score the runs that are there
+    python tools/cpu_recipe_search.py --runs word-p0.3 bpe-p0.3   # some of the candidates
+
+Every candidate trains for the same number of optimizer steps (`--steps`, what a 30-minute run of
+the recipe reaches on two cores) with the same batches of up to 4,000 padded tokens, one thread per
+run and `--parallel` runs side by side (two single-threaded runs do more work on two cores than
+one run with two threads, and a fixed number of steps makes the comparison independent of how busy
+the machine was). Each run is scored on the 1,014 validation sentences with beam search (4,
+α = 0.6) from the average of its last 5 and last 10 checkpoints, and greedily from the last one.
+The results go to book/results/multi30k_search.json, which chapter 13 reads.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "runs" / "search"
+RESULTS = ROOT / "book" / "results" / "multi30k_search.json"
+
+# Every candidate starts from the same options and changes a few; "word-p0.1" is the starting point
+# (word vocabularies, batches of 4,000 tokens, warmup 400, the §5.3 rate × 0.5).
+COMMON = [
+    "--config",
+    "multi30k",
+    "--vocab",
+    "word",
+    "--max-tokens",
+    "4000",
+    "--warmup",
+    "400",
+    "--lr-factor",
+    "0.5",
+    "--checkpoint-every",
+    "100",
+    "--average-last",
+    "10",
+    "--max-minutes",
+    "600",
+]
+CANDIDATES = {
+    "word-p0.1": ["--dropout", "0.1"],
+    "word-p0.3": ["--dropout", "0.3"],
+    "word-p0.2": ["--dropout", "0.2"],
+    "bpe-p0.3": ["--vocab", "bpe", "--vocab-size", "8000", "--dropout", "0.3"],
+}
+
+
+def train(name: str, steps: int, data_dir: str | None) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "annotated_transformer",
+        "train",
+        "--run-dir",
+        str(RUNS / name),
+        *COMMON,
+        *CANDIDATES[name],
+        "--max-steps",
+        str(steps),
+        "--quiet",
+    ]
+    if data_dir:
+        command += ["--data-dir", data_dir, "--no-download"]
+    log = open(RUNS / f"{name}.log", "a")
+    return subprocess.Popen(
+        command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+
+
+def train_missing(names: list[str], steps: int, parallel: int, data_dir: str | None) -> None:
+    RUNS.mkdir(parents=True, exist_ok=True)
+    waiting, running = list(names), []
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            name = waiting.pop(0)
+            print(f"training {name}", flush=True)
+            running.append((name, train(name, steps, data_dir)))
+        time.sleep(10)
+        for name, process in list(running):
+            if process.poll() is not None:
+                running.remove((name, process))
+                print(f"{name}: exit status {process.returncode}", flush=True)
+
+
+def score(name: str, data_dir: str | None) -> dict:
+    import torch
+
+    from annotated_transformer.data import corpus
+    from annotated_transformer.decoding import average_checkpoints
+    from annotated_transformer.training import checkpoint_paths, read_checkpoint
+    from annotated_transformer.translation import Translator, evaluate_bleu
+
+    run_dir = RUNS / name
+    val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+    paths = checkpoint_paths(run_dir / "checkpoints")
+    history = json.loads((run_dir / "history.json").read_text())
+    result = {
+        "options": CANDIDATES[name],
+        "steps": read_checkpoint(paths[-1])["step"],
+        "minutes_one_core": round(history[-1]["minutes"], 1),
+    }
+    last = Translator.load(paths[-1], run_dir / "vocab.json")
+    result["val_greedy_last"] = round(evaluate_bleu(last, val, beam_size=1).bleu, 2)
+    for k in (5, 10):
+        translator = Translator.load(paths[-1], run_dir / "vocab.json")
+        with torch.no_grad():
+            translator.model.load_state_dict(average_checkpoints(paths[-k:]))
+        result[f"val_beam4_average_{k}"] = round(evaluate_bleu(translator, val, beam_size=4).bleu, 2)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", nargs="*", default=list(CANDIDATES), help="candidates (default: all)")
+    parser.add_argument("--steps", type=int, default=1900, help="optimizer steps of every run")
+    parser.add_argument("--parallel", type=int, default=2, help="runs side by side, one thread each")
+    parser.add_argument("--score-only", action="store_true")
+    parser.add_argument("--data-dir", default=None, help="a folder with the Multi30k files")
+    args = parser.parse_args()
+    unknown = sorted(set(args.runs) - set(CANDIDATES))
+    if unknown:
+        parser.error(f"unknown candidates {unknown}; the candidates are {list(CANDIDATES)}")
+    if not args.score_only:
+        train_missing(args.runs, args.steps, args.parallel, args.data_dir)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for name in args.runs:
+        if not (RUNS / name / "history.json").exists():
+            print(f"{name}: no finished run to score", file=sys.stderr)
+            continue
+        results[name] = score(name, args.data_dir)
+        print(name, results[name], flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
