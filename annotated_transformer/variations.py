@@ -279,7 +279,9 @@ def run_variant(
     if result_path.exists():
         try:
             saved = json.loads(result_path.read_text(encoding="utf-8"))
-            if saved.get("recipe") == dataclasses.asdict(recipe):  # another experiment's run of it
+            # A field the saved recipe lacks was added to Recipe later: the run used its default.
+            saved_recipe = {**dataclasses.asdict(Recipe()), **saved.get("recipe", {})}
+            if saved_recipe == dataclasses.asdict(recipe):  # another experiment's run of it
                 return {**saved, **_describe(variant)}
         except (OSError, json.JSONDecodeError):
             pass  # a damaged result is scored again from the run's checkpoints

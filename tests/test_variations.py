@@ -225,3 +225,15 @@ def test_two_workers_give_the_results_of_one(prepared, tmp_path):
 def test_workers_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="workers"):
         run_variants([], TINY, tmp_path, workers=0)
+
+
+def test_a_result_saved_before_a_recipe_field_existed_is_read_back(prepared, tmp_path, monkeypatch):
+    tmp_path = experiment_dir(prepared, tmp_path / "experiment")
+    variants = table3_variants(TINY.base)[:1]
+    first = run_variants(variants, TINY, tmp_path, log=None)[0]
+    result_path = tmp_path / first["run"] / "result.json"
+    saved = json.loads(result_path.read_text())
+    del saved["recipe"]["clip_grad_norm"]  # as written before Recipe had the field (default None)
+    result_path.write_text(json.dumps(saved))
+    monkeypatch.setattr(variations, "train_translation", lambda *args, **kwargs: pytest.fail("trained again"))
+    assert run_variants(variants, TINY, tmp_path, log=None)[0]["val_ppl"] == first["val_ppl"]
