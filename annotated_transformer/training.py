@@ -7,15 +7,16 @@ accumulation, mixed precision, atomic checkpoints that resume exactly, and the c
 # %% auto #0
 __all__ = ['QUICK_ENV', 'Precision', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CHECKPOINT_CONTENT', 'quick_mode', 'TrainConfig',
            'default_device', 'resolve_precision', 'autocast_context', 'check_compile_support', 'compile_forward_loss',
-           'StepStats', 'PendingStep', 'read_steps', 'TrainingDiverged', 'first_non_finite', 'divergence_message',
-           'Progress', 'Trainer', 'CheckpointError', 'CheckpointMismatch', 'unwrap_model', 'state_dict_sha256',
-           'content_sha256', 'parameters_are_finite', 'rng_state', 'set_rng_state', 'atomic_save',
+           'reuse_freed_memory', 'StepStats', 'PendingStep', 'read_steps', 'TrainingDiverged', 'first_non_finite',
+           'divergence_message', 'Progress', 'Trainer', 'CheckpointError', 'CheckpointMismatch', 'unwrap_model',
+           'state_dict_sha256', 'content_sha256', 'parameters_are_finite', 'rng_state', 'set_rng_state', 'atomic_save',
            'remove_stale_temporaries', 'save_checkpoint', 'checkpoint_sha256', 'read_checkpoint', 'state_differences',
            'checkpoint_mismatch', 'load_checkpoint', 'model_from_checkpoint', 'checkpoint_path', 'checkpoint_paths',
            'resume_newest', 'evaluate', 'copy_task_config', 'CopyTaskReport', 'train_copy_task']
 
 # %% ../book/09_training.ipynb #ef304db1
 import contextlib
+import ctypes
 import dataclasses
 import hashlib
 import importlib.util
@@ -160,6 +161,20 @@ def compile_forward_loss(fn: Callable, backend: str = "inductor") -> Callable:
     the batch and length dimensions dynamic from the first call gives one graph for all of them.
     """
     return torch.compile(fn, backend=backend, dynamic=True)
+
+# %% ../book/09_training.ipynb #cd93e370
+def reuse_freed_memory() -> bool:
+    """Ask glibc's allocator to keep large freed blocks for reuse rather than return them to the
+    operating system (which hands them back as fresh pages, zeroed on first touch, at the next step).
+    Affects the whole process; True when applied (Linux with glibc), False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # another C library (musl): nothing to tune
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # mallopt's parameters (malloc.h)
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
 
 # %% ../book/09_training.ipynb #1718f7b4
 @dataclass
@@ -311,6 +326,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
         if self.device.type == "cuda":  # float32 matrix products on tensor cores, in TF32 (10-bit mantissa)
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        if self.device.type == "cpu":  # the large tensors of every step reuse the last step's memory
+            reuse_freed_memory()
         self.prefetch = config.prefetch if config.prefetch is not None else self.device.type == "cuda"
         self.ddp = None  # the DistributedDataParallel wrapper, in a run of several processes
         if self.world_size > 1:  # DDP starts by sending rank 0's parameters to the other ranks
