@@ -49,8 +49,8 @@ COMMON = [
 CANDIDATES = {
     "word-p0.1": ["--dropout", "0.1"],
     "word-p0.3": ["--dropout", "0.3"],
-    "word-p0.2": ["--dropout", "0.2"],
-    "bpe-p0.3": ["--vocab", "bpe", "--vocab-size", "8000", "--dropout", "0.3"],
+    "word-p0.0": ["--dropout", "0.0"],
+    "word-p0.1-lr1": ["--dropout", "0.1", "--lr-factor", "1.0"],
 }
 
 
