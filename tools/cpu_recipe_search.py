@@ -51,6 +51,7 @@ CANDIDATES = {
     "word-p0.3": ["--dropout", "0.3"],
     "word-p0.0": ["--dropout", "0.0"],
     "word-p0.1-lr1": ["--dropout", "0.1", "--lr-factor", "1.0"],
+    "bpe-p0.1": ["--vocab", "bpe", "--vocab-size", "8000", "--dropout", "0.1"],
 }
 
 
