@@ -119,6 +119,33 @@ def score(name: str, data_dir: str | None) -> dict:
     return result
 
 
+def tune_decoding(run_dir: Path, data_dir: str | None) -> dict:
+    """Validation BLEU of a finished run for each number of checkpoints averaged and each length
+    penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen."""
+    import torch
+
+    from annotated_transformer.data import corpus
+    from annotated_transformer.decoding import average_checkpoints
+    from annotated_transformer.training import checkpoint_paths
+    from annotated_transformer.translation import Translator, evaluate_bleu
+
+    val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+    paths = checkpoint_paths(run_dir / "checkpoints")
+    scores = {}
+    for k in (1, 3, 5, 10):
+        translator = Translator.load(paths[-1], run_dir / "vocab.json")
+        with torch.no_grad():
+            translator.model.load_state_dict(average_checkpoints(paths[-k:]))
+        for alpha in (0.6, 1.0):
+            translator.alpha = alpha
+            scores[f"average {k}, alpha {alpha}"] = round(evaluate_bleu(translator, val, beam_size=4).bleu, 2)
+            print(
+                f"average of the last {k}, alpha {alpha}: val BLEU {scores[f'average {k}, alpha {alpha}']}",
+                flush=True,
+            )
+    return scores
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -128,7 +155,16 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=2, help="runs side by side, one thread each")
     parser.add_argument("--score-only", action="store_true")
     parser.add_argument("--data-dir", default=None, help="a folder with the Multi30k files")
+    parser.add_argument(
+        "--tune-decoding",
+        type=Path,
+        metavar="RUN_DIR",
+        help="only score a finished run's decoding choices (checkpoints averaged, alpha)",
+    )
     args = parser.parse_args()
+    if args.tune_decoding:
+        print(json.dumps(tune_decoding(args.tune_decoding, args.data_dir), indent=1))
+        return 0
     unknown = sorted(set(args.runs) - set(CANDIDATES))
     if unknown:
         parser.error(f"unknown candidates {unknown}; the candidates are {list(CANDIDATES)}")
