@@ -8,10 +8,10 @@ with `experiment`; the same commands on a laptop and, under torchrun, on many GP
 __all__ = ['CONFIGURATIONS', 'OPTION_NAMES', 'CHOICES', 'RECIPE_HELP', 'EXPERIMENTS', 'ARGUMENT_WORDING', 'resolve_checkpoints',
            'run_average', 'check_output', 'output_errors', 'on_the_way', 'describe_configuration', 'recipe_fields',
            'option_name', 'option_type', 'add_recipe_options', 'recipe_from_args', 'newest_step', 'corpus_options',
-           'what_was_trained', 'training_report', 'run_train', 'high_loss', 'after_divergence', 'run_file',
-           'run_recipe', 'warn', 'load_translator', 'read_lines', 'from_stdin', 'read_sentences', 'read_input',
-           'decode_utf8', 'write_lines', 'input_warnings', 'run_translate', 'evaluation_data', 'run_evaluate',
-           'run_experiment', 'add_experiment_command', 'positive_int', 'device', 'add_train_command',
+           'what_was_trained', 'training_report', 'run_train', 'out_of_memory', 'high_loss', 'after_divergence',
+           'run_file', 'run_recipe', 'warn', 'load_translator', 'read_lines', 'from_stdin', 'read_sentences',
+           'read_input', 'decode_utf8', 'write_lines', 'input_warnings', 'run_translate', 'evaluation_data',
+           'run_evaluate', 'run_experiment', 'add_experiment_command', 'positive_int', 'device', 'add_train_command',
            'add_decoding_options', 'add_translate_command', 'add_evaluate_command', 'build_parser', 'parse_arguments',
            'command_line_message', 'main']
 
@@ -127,7 +127,8 @@ def describe_configuration(name: str) -> str:
     """One line for `train --help`: what the configuration is for, and its size."""
     recipe = RECIPES[name]
     return (f"{CONFIGURATIONS.get(name, f'a configuration on {recipe.corpus}')} [{recipe.n_layers} layers, "
-            f"d_model {recipe.d_model}, {recipe.max_steps:,} steps of {recipe.max_tokens:,} tokens]")
+            f"d_model {recipe.d_model}, {recipe.max_steps:,} steps of {recipe.max_tokens:,} tokens"
+            + (f" or {recipe.max_minutes:g} minutes]" if recipe.max_minutes else "]"))
 
 # %% ../book/15_command_line.ipynb #baf5b919
 OPTION_NAMES = {"n_layers": "layers", "n_heads": "heads"}  # N and h in Table 3
@@ -294,6 +295,8 @@ def run_train(args: argparse.Namespace) -> int:
                                     world_size=context.world_size)
         except TrainingDiverged as error:
             raise ValueError(f"{error}; {after_divergence(run_dir)}") from None
+        except torch.OutOfMemoryError:
+            raise ValueError(out_of_memory(recipe, run_dir)) from None
         if context.is_main:
             print(training_report(run, start_step))
             if high_loss(run) is not None:
@@ -301,6 +304,17 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         shutdown_distributed()
     return 0
+
+
+def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
+    """What to do when the device's memory does not hold a batch of the recipe."""
+    smaller = f"--max-tokens {max(recipe.max_tokens // 2, 1)}"
+    if newest_step(run_dir) == 0:  # no checkpoint yet: the run directory accepts the smaller batches
+        return (f"out of GPU memory with batches of up to {recipe.max_tokens} tokens: run the same command "
+                f"with {smaller} (and --accumulate {2 * recipe.accumulate} to keep the batch size)")
+    return (f"out of GPU memory with batches of up to {recipe.max_tokens} tokens: free the GPU's memory and "
+            f"run the same command, which resumes from the newest checkpoint, or start a new --run-dir "
+            f"with {smaller} (and --accumulate {2 * recipe.accumulate} to keep the batch size)")
 
 
 def high_loss(run) -> str | None:

@@ -574,3 +574,22 @@ def test_a_finite_but_exploded_loss_is_not_reported_as_a_success_in_silence(run,
         assert "training diverged at step" in error
     else:
         assert "is more than twice that of a uniform guess" in error and "--lr-factor" in error
+
+
+def test_out_of_gpu_memory_names_a_smaller_batch_and_keeps_the_run_resumable(tmp_path, capsys, monkeypatch):
+    from annotated_transformer import __main__ as cli
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(cli, "train_translation", out_of_memory)
+    fresh = tmp_path / "fresh"
+    message = fails(capsys, "train", "--config", "builtin", "--run-dir", fresh, "--max-tokens", "1500")
+    assert message.endswith("out of GPU memory with batches of up to 1500 tokens: run the same command "
+                            "with --max-tokens 750 (and --accumulate 2 to keep the batch size)")
+    started = tmp_path / "started"
+    (started / "checkpoints").mkdir(parents=True)
+    (started / "checkpoints" / "step_00000050.pt").write_bytes(b"")
+    message = fails(capsys, "train", "--config", "builtin", "--run-dir", started)
+    assert "run the same command, which resumes from the newest checkpoint" in message
+    assert "start a new --run-dir with --max-tokens 750" in message

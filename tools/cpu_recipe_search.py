@@ -3,7 +3,9 @@ two CPU cores gets, scored on the validation set only (never on a test set).
 
     python tools/cpu_recipe_search.py                # train what is missing, then score every run
     python tools/cpu_recipe_search.py --score-only   # only score the runs that are there
-    python tools/cpu_recipe_search.py --runs word-p0.3 bpe-p0.3   # some of the candidates
+    python tools/cpu_recipe_search.py --runs word-p0.3 bpe-p0.1   # some of the candidates
+    python tools/cpu_recipe_search.py --at-step 1000 # every candidate greedily, at the same step
+    python tools/cpu_recipe_search.py --tune-decoding runs/search/word-p0.1   # average_last, alpha
 
 Every candidate trains for the same number of optimizer steps (`--steps`, what a 30-minute run of
 the recipe reaches on two cores) with the same batches of up to 4,000 padded tokens, one thread per
@@ -11,7 +13,9 @@ run and `--parallel` runs side by side (two single-threaded runs do more work on
 one run with two threads, and a fixed number of steps makes the comparison independent of how busy
 the machine was). Each run is scored on the 1,014 validation sentences with beam search (4,
 α = 0.6) from the average of its last 5 and last 10 checkpoints, and greedily from the last one.
-The results go to book/results/multi30k_search.json, which chapter 13 reads.
+The results go to book/results/multi30k_search.json, which chapter 13 reads; `--at-step` adds
+every candidate's greedy validation BLEU at one step (candidates stopped early can be compared
+there), `--tune-decoding` a run's scores for each number of checkpoints averaged and each α.
 """
 
 import argparse
@@ -119,6 +123,22 @@ def score(name: str, data_dir: str | None) -> dict:
     return result
 
 
+def score_at_step(step: int, data_dir: str | None) -> dict[str, float]:
+    """Greedy validation BLEU of every candidate's checkpoint at `step`, where it has one."""
+    from annotated_transformer.data import corpus
+    from annotated_transformer.translation import Translator, evaluate_bleu
+
+    val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+    scores = {}
+    for name in CANDIDATES:
+        path = RUNS / name / "checkpoints" / f"step_{step:08d}.pt"
+        if path.exists():
+            translator = Translator.load(path, RUNS / name / "vocab.json")
+            scores[name] = round(evaluate_bleu(translator, val, beam_size=1).bleu, 2)
+            print(f"{name} at step {step}: val BLEU {scores[name]} (greedy)", flush=True)
+    return scores
+
+
 def tune_decoding(run_dir: Path, data_dir: str | None) -> dict:
     """Validation BLEU of a finished run for each number of checkpoints averaged and each length
     penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen."""
@@ -132,7 +152,7 @@ def tune_decoding(run_dir: Path, data_dir: str | None) -> dict:
     val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
     paths = checkpoint_paths(run_dir / "checkpoints")
     scores = {}
-    for k in (1, 3, 5, 10):
+    for k in (k for k in (1, 3, 5, 10) if k <= len(paths)):  # a run keeps its last `average_last`
         translator = Translator.load(paths[-1], run_dir / "vocab.json")
         with torch.no_grad():
             translator.model.load_state_dict(average_checkpoints(paths[-k:]))
@@ -155,6 +175,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=2, help="runs side by side, one thread each")
     parser.add_argument("--score-only", action="store_true")
     parser.add_argument("--data-dir", default=None, help="a folder with the Multi30k files")
+    parser.add_argument("--at-step", type=int, metavar="STEP", help="only score every candidate at STEP")
     parser.add_argument(
         "--tune-decoding",
         type=Path,
@@ -163,23 +184,33 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.tune_decoding:
-        print(json.dumps(tune_decoding(args.tune_decoding, args.data_dir), indent=1))
+        scores = tune_decoding(args.tune_decoding, args.data_dir)
+        update_results(f"decoding {args.tune_decoding.resolve().name}", scores)
+        return 0
+    if args.at_step:
+        update_results(f"greedy at step {args.at_step}", score_at_step(args.at_step, args.data_dir))
         return 0
     unknown = sorted(set(args.runs) - set(CANDIDATES))
     if unknown:
         parser.error(f"unknown candidates {unknown}; the candidates are {list(CANDIDATES)}")
     if not args.score_only:
         train_missing(args.runs, args.steps, args.parallel, args.data_dir)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name in args.runs:
         if not (RUNS / name / "history.json").exists():
             print(f"{name}: no finished run to score", file=sys.stderr)
             continue
-        results[name] = score(name, args.data_dir)
-        print(name, results[name], flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+        update_results("finished runs", {name: score(name, args.data_dir)}, merge=True)
     return 0
+
+
+def update_results(key: str, value: dict, merge: bool = False) -> None:
+    """Store `value` under `key` in the results file (merged into what is there with `merge`)."""
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[key] = {**results.get(key, {}), **value} if merge else value
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    temporary = RESULTS.with_suffix(".tmp")
+    temporary.write_text(json.dumps(results, indent=1) + "\n")
+    temporary.replace(RESULTS)
 
 
 if __name__ == "__main__":
