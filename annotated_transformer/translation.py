@@ -182,7 +182,7 @@ def _check_ranges(recipe: Recipe) -> None:
         raise ValueError(f"max_minutes must be positive (or None: no time limit), got {recipe.max_minutes}")
 
 RECIPES: dict[str, Recipe] = {
-    # The generated corpus: offline, a trained translator in about two minutes on two CPU cores.
+    # The generated corpus: offline, a trained translator in about a minute on two CPU cores.
     "builtin": Recipe(
         name="builtin",
         corpus="builtin",
@@ -195,7 +195,7 @@ RECIPES: dict[str, Recipe] = {
         max_tokens=1500,
         max_steps=600,
         warmup=150,
-        lr_factor=1.0,
+        lr_factor=0.5,  # chosen on the validation split: 1.0 peaks at 7.2e-3, unstable for this model
         checkpoint_every=50,
     ),
     # Multi30k on two CPU cores in 30 minutes: the paper's recipe scaled down; word vocabularies,
