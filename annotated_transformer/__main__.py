@@ -308,13 +308,13 @@ def run_train(args: argparse.Namespace) -> int:
 
 def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
     """What to do when the device's memory does not hold a batch of the recipe."""
-    smaller = f"--max-tokens {max(recipe.max_tokens // 2, 1)}"
+    problem = f"out of GPU memory with batches of up to {recipe.max_tokens} tokens"
+    smaller = (f"--max-tokens {max(recipe.max_tokens // 2, 1)} (and --accumulate {2 * recipe.accumulate} "
+               f"to keep the batch size)")
     if newest_step(run_dir) == 0:  # no checkpoint yet: the run directory accepts the smaller batches
-        return (f"out of GPU memory with batches of up to {recipe.max_tokens} tokens: run the same command "
-                f"with {smaller} (and --accumulate {2 * recipe.accumulate} to keep the batch size)")
-    return (f"out of GPU memory with batches of up to {recipe.max_tokens} tokens: free the GPU's memory and "
-            f"run the same command, which resumes from the newest checkpoint, or start a new --run-dir "
-            f"with {smaller} (and --accumulate {2 * recipe.accumulate} to keep the batch size)")
+        return f"{problem}: run the same command with {smaller}"
+    return (f"{problem}: free the GPU's memory and run the same command, which resumes from the newest "
+            f"checkpoint, or start a new --run-dir with {smaller}")
 
 
 def high_loss(run) -> str | None:

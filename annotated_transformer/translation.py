@@ -396,11 +396,13 @@ def recorded(run_dir: Path, key: str) -> tuple[Any, Path | None]:
     return None, None
 
 
-def _changed_fields(saved: dict, recipe: Recipe) -> list[str]:
-    """The fields outside RESUMABLE_FIELDS in which `recipe` differs from a saved recipe."""
+def _changed_fields(saved: dict, recipe: Recipe) -> dict[str, tuple[Any, Any]]:
+    """The fields outside RESUMABLE_FIELDS in which `recipe` differs from a saved recipe, by name,
+    with the saved value and the new one."""
     # A field the saved recipe lacks was added to Recipe later: the run used its default.
     saved, ours = {**dataclasses.asdict(Recipe()), **saved}, dataclasses.asdict(recipe)
-    return sorted(k for k in ours if saved.get(k) != ours[k] and k not in RESUMABLE_FIELDS)
+    return {k: (saved.get(k), ours[k])
+            for k in sorted(ours) if saved.get(k) != ours[k] and k not in RESUMABLE_FIELDS}
 
 
 def _check_recipe(run_dir: Path, recipe: Recipe, saved: dict | None = None, write: bool = True) -> None:
@@ -409,10 +411,9 @@ def _check_recipe(run_dir: Path, recipe: Recipe, saved: dict | None = None, writ
     path = run_dir / "recipe.json"
     if saved is None and path.exists():
         saved = _read_json(path)
-    changed = _changed_fields(saved, recipe) if saved is not None else []
+    changed = _changed_fields(saved, recipe) if saved is not None else {}
     if changed:
-        saved, ours = {**dataclasses.asdict(Recipe()), **saved}, dataclasses.asdict(recipe)
-        details = ", ".join(f"{k}: {saved.get(k)!r} -> {ours[k]!r}" for k in changed)
+        details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
             f"{run_dir} holds a run of another configuration ({details}); use a new --run-dir, "
             f"or the same options to resume it"
@@ -460,7 +461,7 @@ def settle_recipe(run_dir: Path, recipe: Recipe, write: bool = True) -> None:
     """
     has_work = bool(run_work(run_dir))
     saved = _saved_recipe(run_dir, has_work, write)
-    changed = _changed_fields(saved, recipe) if saved is not None else []
+    changed = _changed_fields(saved, recipe) if saved is not None else {}
     if changed and not has_work:
         _note(f"{run_dir} holds no checkpoint yet, so it takes the new settings of "
               f"{', '.join(changed)}", write)

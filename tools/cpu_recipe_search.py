@@ -96,16 +96,19 @@ def train_missing(names: list[str], steps: int, parallel: int, data_dir: str | N
                 print(f"{name}: exit status {process.returncode}", flush=True)
 
 
-def score(name: str, data_dir: str | None) -> dict:
-    import torch
-
+def validation_pairs(data_dir: str | None) -> list:
+    """The 1,014 Multi30k validation pairs (from `data_dir`, else the cache)."""
     from annotated_transformer.data import corpus
-    from annotated_transformer.decoding import average_checkpoints
+
+    return corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+
+
+def score(name: str, data_dir: str | None) -> dict:
     from annotated_transformer.training import checkpoint_paths, read_checkpoint
-    from annotated_transformer.translation import Translator, evaluate_bleu
+    from annotated_transformer.translation import evaluate_bleu
 
     run_dir = RUNS / name
-    val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+    val = validation_pairs(data_dir)
     paths = checkpoint_paths(run_dir / "checkpoints")
     history = json.loads((run_dir / "history.json").read_text())
     result = {
@@ -113,22 +116,33 @@ def score(name: str, data_dir: str | None) -> dict:
         "steps": read_checkpoint(paths[-1])["step"],
         "minutes_one_core": round(history[-1]["minutes"], 1),
     }
-    last = Translator.load(paths[-1], run_dir / "vocab.json")
+    last = averaged_translator(run_dir, paths, 1)
     result["val_greedy_last"] = round(evaluate_bleu(last, val, beam_size=1).bleu, 2)
     for k in (5, 10):
-        translator = Translator.load(paths[-1], run_dir / "vocab.json")
-        with torch.no_grad():
-            translator.model.load_state_dict(average_checkpoints(paths[-k:]))
+        translator = averaged_translator(run_dir, paths, k)
         result[f"val_beam4_average_{k}"] = round(evaluate_bleu(translator, val, beam_size=4).bleu, 2)
     return result
 
 
+def averaged_translator(run_dir: Path, paths: list[Path], k: int):
+    """A translator with the average of the last `k` checkpoints of `paths` (the last one: k = 1)."""
+    import torch
+
+    from annotated_transformer.decoding import average_checkpoints
+    from annotated_transformer.translation import Translator
+
+    translator = Translator.load(paths[-1], run_dir / "vocab.json")
+    if k > 1:
+        with torch.no_grad():
+            translator.model.load_state_dict(average_checkpoints(paths[-k:]))
+    return translator
+
+
 def score_at_step(step: int, data_dir: str | None) -> dict[str, float]:
     """Greedy validation BLEU of every candidate's checkpoint at `step`, where it has one."""
-    from annotated_transformer.data import corpus
     from annotated_transformer.translation import Translator, evaluate_bleu
 
-    val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+    val = validation_pairs(data_dir)
     scores = {}
     for name in CANDIDATES:
         path = RUNS / name / "checkpoints" / f"step_{step:08d}.pt"
@@ -142,20 +156,14 @@ def score_at_step(step: int, data_dir: str | None) -> dict[str, float]:
 def tune_decoding(run_dir: Path, data_dir: str | None) -> dict:
     """Validation BLEU of a finished run for each number of checkpoints averaged and each length
     penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen."""
-    import torch
-
-    from annotated_transformer.data import corpus
-    from annotated_transformer.decoding import average_checkpoints
     from annotated_transformer.training import checkpoint_paths
-    from annotated_transformer.translation import Translator, evaluate_bleu
+    from annotated_transformer.translation import evaluate_bleu
 
-    val = corpus("multi30k", "val", **({"root": data_dir} if data_dir else {}))
+    val = validation_pairs(data_dir)
     paths = checkpoint_paths(run_dir / "checkpoints")
     scores = {}
     for k in (k for k in (1, 3, 5, 10) if k <= len(paths)):  # a run keeps its last `average_last`
-        translator = Translator.load(paths[-1], run_dir / "vocab.json")
-        with torch.no_grad():
-            translator.model.load_state_dict(average_checkpoints(paths[-k:]))
+        translator = averaged_translator(run_dir, paths, k)
         for alpha in (0.6, 1.0):
             translator.alpha = alpha
             scores[f"average {k}, alpha {alpha}"] = round(evaluate_bleu(translator, val, beam_size=4).bleu, 2)
