@@ -154,6 +154,8 @@ RECIPE_HELP = {
     "max_steps": "optimizer steps to train for (§5.2)",
     "warmup": "warmup_steps of the learning rate (§5.3)",
     "lr_factor": "multiplies the learning rate of §5.3",
+    "cooldown": "lower the rate linearly towards 0 over this last share of the steps, e.g. 0.3 (not in "
+                "the paper; chapter 7)",
     "label_smoothing": "epsilon_ls, label smoothing (§5.4)",
     "clip_grad_norm": "clip the gradient norm of each step to X (not in the paper; default: no clipping)",
     "checkpoint_every": "optimizer steps between checkpoints",

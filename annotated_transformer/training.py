@@ -63,6 +63,8 @@ class TrainConfig:
     warmup: int = 4000  # §5.3
     warmup_ramp: bool = True  # False: the peak learning rate from step 1 (no warmup; chapter 18)
     lr_factor: float = 1.0  # multiplies the §5.3 learning rate (1 = the paper)
+    cooldown: float = 0.0  # not in the paper: over this share of max_steps at the end, the rate falls
+    # linearly towards 0 (0.3: the last 30% of the steps; 0: the paper's schedule to the end)
     label_smoothing: float = 0.1  # ε_ls, §5.4
     clip_grad_norm: float | None = None  # not in the paper; None = no clipping
     track_grad_norm: bool = False  # report the gradient norm of every step even without clipping
@@ -84,6 +86,8 @@ class TrainConfig:
         for name in ("log_every", "checkpoint_every", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ValueError(f"cooldown must lie in [0, 1] (a share of max_steps), got {self.cooldown}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must lie in [0, 1), got {self.label_smoothing}")
         if not (math.isfinite(self.lr_factor) and self.lr_factor > 0):
@@ -97,6 +101,11 @@ class TrainConfig:
             raise ValueError(f"prefetch must be True, False or None (on a GPU only), got {self.prefetch!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ValueError("checkpoint_every > 0 needs a checkpoint_dir to write the checkpoints to")
+
+    @property
+    def cooldown_steps(self) -> int:
+        """The number of final steps over which the rate falls (chapter 7's `cooldown_factor`)."""
+        return round(self.cooldown * self.max_steps)
 
 # %% ../book/09_training.ipynb #f998682e
 def default_device() -> torch.device:
@@ -319,7 +328,8 @@ class Trainer:
         self.model = model.to(self.device)
         self.pad = pad
         self.optimizer, self.scheduler = make_optimizer(
-            model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp
+            model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp,
+            cooldown=config.cooldown_steps, total_steps=config.max_steps,
         )
         self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
         self.precision = resolve_precision(self.device, config.precision)  # fails here, not at step 1
@@ -551,12 +561,24 @@ class Trainer:
         checkpoint = load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.device,
                                      restore_rng=True)
         self.step = checkpoint["step"]
+        self._end_schedule_at_max_steps()
         self.epoch = checkpoint["extra"].get("epoch", 0)
         self.position = checkpoint["extra"].get("position", 0)
         if "scaler" in checkpoint["extra"]:
             self.scaler.load_state_dict(checkpoint["extra"]["scaler"])
         self.last_checkpoint = Path(path)
         return checkpoint
+
+    def _end_schedule_at_max_steps(self) -> None:
+        """A resumed run may train longer than the interrupted one planned (a new max_steps): its
+        cooldown then ends at the new last step, not at the one saved with the schedule."""
+        schedule = self.scheduler.lr_lambdas[0]
+        planned = (self.config.cooldown_steps, self.config.max_steps)
+        if (schedule.cooldown, schedule.total_steps) == planned:
+            return
+        schedule.cooldown, schedule.total_steps = planned
+        for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
+            group["lr"] = base * schedule(self.scheduler.last_epoch)
 
 # %% ../book/09_training.ipynb #5ff37c42
 CHECKPOINT_FORMAT = "annotated-transformer-checkpoint"

@@ -70,6 +70,7 @@ class Recipe:
     warmup: int = 300
     warmup_ramp: bool = True  # False: no warmup, the peak learning rate from step 1 (chapter 18)
     lr_factor: float = 0.5
+    cooldown: float = 0.0  # not in the paper: the rate falls linearly over this last share of the steps (ch. 7)
     label_smoothing: float = 0.1
     clip_grad_norm: float | None = None  # not in the paper: clip the gradient norm to this (None: never)
     checkpoint_every: int = 100
@@ -113,6 +114,7 @@ class Recipe:
             warmup=self.warmup,
             warmup_ramp=self.warmup_ramp,
             lr_factor=self.lr_factor,
+            cooldown=self.cooldown,
             label_smoothing=self.label_smoothing,
             clip_grad_norm=self.clip_grad_norm,
             precision=self.precision,
@@ -180,6 +182,8 @@ def _check_ranges(recipe: Recipe) -> None:
         raise ValueError(f"alpha must be >= 0 and finite, got {recipe.alpha}")
     if recipe.max_minutes is not None and not recipe.max_minutes > 0:
         raise ValueError(f"max_minutes must be positive (or None: no time limit), got {recipe.max_minutes}")
+    if not 0 <= recipe.cooldown <= 1:
+        raise ValueError(f"cooldown must lie in [0, 1] (a share of max_steps), got {recipe.cooldown}")
 
 RECIPES: dict[str, Recipe] = {
     # The generated corpus: offline, a trained translator in about a minute on two CPU cores.
@@ -296,6 +300,7 @@ def describe_hardware(device: torch.device, world_size: int = 1) -> dict:
         "device": device.type,
         "cpu": cpu,
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_kernels": torch.backends.cpu.get_cpu_capability(),  # the float32 kernel family (chapter 8)
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "processes": world_size,

@@ -4,6 +4,7 @@ train | translate | evaluate | average`."""
 import dataclasses
 import io
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from annotated_transformer.__main__ import main, option_name
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.tokenization import build_vocabularies
-from annotated_transformer.training import checkpoint_sha256, read_checkpoint, save_checkpoint
+from annotated_transformer.training import Trainer, checkpoint_sha256, read_checkpoint, save_checkpoint
 from annotated_transformer.translation import Recipe
 
 
@@ -306,8 +307,19 @@ def new_run(run, tmp_path, name: str = "new"):
     return run_dir
 
 
-def test_divergence_names_the_step_the_value_and_the_options_and_keeps_a_checkpoint(run, tmp_path, capsys):
+def test_divergence_names_the_step_the_value_and_the_options_and_keeps_a_checkpoint(
+    run, tmp_path, capsys, monkeypatch
+):
     run_dir = new_run(run, tmp_path)  # the builtin configuration as it is, 10,000 times its learning rate
+    # At this rate the loss becomes NaN on some CPUs and only explodes (a finite 1e4) on others, whose
+    # float32 kernels differ: an infinite loss from step 8 on makes the run diverge on every CPU.
+    forward_loss = Trainer._forward_loss
+
+    def exploding(trainer, *tensors):
+        loss, nll = forward_loss(trainer, *tensors)
+        return (loss * math.inf, nll) if trainer.step >= 7 else (loss, nll)
+
+    monkeypatch.setattr(Trainer, "_forward_loss", exploding)
     message = fails(capsys, "train", "--config", "builtin", "--run-dir", run_dir, "--lr-factor", "10000",
                     "--max-steps", "20", "--checkpoint-every", "5", "--quiet", "--device", "cpu")
     assert message.startswith("python -m annotated_transformer train: error: training diverged at step ")

@@ -6,7 +6,7 @@ from torch import nn
 
 from annotated_transformer.batching import copy_task, make_batch
 from annotated_transformer.model import make_model
-from annotated_transformer.optimizer import make_optimizer, rate
+from annotated_transformer.optimizer import cooldown_factor, make_optimizer, rate
 from annotated_transformer.regularization import token_nll
 
 
@@ -106,7 +106,9 @@ def test_scheduler_state_round_trip():
         optimizer.step()
         scheduler.step()
     state = scheduler.state_dict()
-    assert state["lr_lambdas"] == [{"d_model": 16, "warmup": 7, "factor": 1.0, "ramp": True}]
+    assert state["lr_lambdas"] == [
+        {"d_model": 16, "warmup": 7, "factor": 1.0, "ramp": True, "cooldown": 0, "total_steps": None}
+    ]
     new_optimizer, new_scheduler = make_optimizer(model, warmup=7)
     new_optimizer.load_state_dict(optimizer.state_dict())
     new_scheduler.load_state_dict(state)
@@ -115,6 +117,51 @@ def test_scheduler_state_round_trip():
     new_scheduler.step()
     assert new_optimizer.param_groups[0]["lr"] == rate(7, 16, 7)
 
+
+
+def test_a_schedule_saved_before_the_cooldown_existed_loads_as_no_cooldown():
+    model = small_model()
+    _, scheduler = make_optimizer(model, warmup=7)
+    state = scheduler.state_dict()
+    state["lr_lambdas"] = [{"d_model": 16, "warmup": 7, "factor": 1.0}]  # as saved before `ramp`, too
+    scheduler.load_state_dict(state)
+    assert scheduler.lr_lambdas[0](99) == rate(100, 16, 7)
+
+
+def test_cooldown_factor_falls_linearly_over_the_last_steps():
+    # Steps 6..10 of 10 with a cooldown of 4: factors 1 (step 6), then 4/5, 3/5, 2/5, 1/5; after: 1/5.
+    assert [round(cooldown_factor(step, 10, 4), 12) for step in range(5, 13)] == [
+        1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2
+    ]
+    assert all(cooldown_factor(step, None, 0) == 1.0 for step in (1, 10, 10**6))
+    assert cooldown_factor(1, 10, 10) == pytest.approx(10 / 11)  # a cooldown of the whole run
+
+
+@pytest.mark.parametrize(
+    ("total_steps", "cooldown", "message"),
+    [(10, -1, "cooldown must be >= 0"), (None, 3, "needs total_steps >= 3"),
+     (2, 3, "needs total_steps >= 3")],
+)
+def test_cooldown_factor_refuses_impossible_settings(total_steps, cooldown, message):
+    with pytest.raises(ValueError, match=message):
+        cooldown_factor(1, total_steps, cooldown)
+    with pytest.raises(ValueError, match=message):
+        make_optimizer(small_model(), warmup=3, cooldown=cooldown, total_steps=total_steps)
+
+
+def test_make_optimizer_with_a_cooldown_uses_rate_times_the_factor():
+    torch.manual_seed(0)
+    model = small_model()
+    optimizer, scheduler = make_optimizer(model, warmup=3, cooldown=4, total_steps=9)
+    used = []
+    for _ in range(9):
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    expected = [rate(n, d_model=16, warmup=3) * cooldown_factor(n, 9, 4) for n in range(1, 10)]
+    assert used == pytest.approx(expected, rel=1e-12)
+    assert used[:5] == [rate(n, d_model=16, warmup=3) for n in range(1, 6)]  # no change before the cooldown
+    assert used[-1] == pytest.approx(rate(9, d_model=16, warmup=3) / 5)
 
 
 def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch():

@@ -13,7 +13,7 @@ from helpers import small_config
 from annotated_transformer.batching import EOS, PAD, Batch, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import make_model
-from annotated_transformer.optimizer import rate
+from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
     CheckpointError,
     TrainConfig,
@@ -98,6 +98,8 @@ def test_train_config_defaults_are_the_papers():
         ({"clip_grad_norm": -1.0}, "clip_grad_norm"),
         ({"precision": "fp8"}, "precision"),
         ({"checkpoint_every": 10}, "checkpoint_dir"),
+        ({"cooldown": 1.2}, r"cooldown must lie in \[0, 1\]"),
+        ({"cooldown": -0.5}, r"cooldown must lie in \[0, 1\]"),
     ],
 )
 def test_train_config_rejects_bad_values(fields, message):
@@ -664,3 +666,24 @@ def test_freed_memory_is_kept_for_reuse_on_linux():
     applied = reuse_freed_memory()
     assert applied == sys.platform.startswith("linux")  # glibc here; elsewhere a harmless no-op
     assert reuse_freed_memory() == applied  # idempotent
+
+
+def test_a_cooldown_resumes_exactly_and_ends_at_a_new_max_steps(tmp_path):
+    def run(max_steps: int, stop_at: int | None = None, resume_from: Path | None = None):
+        t = trainer(model_seed=3, model_overrides={"dropout": 0.1}, max_steps=max_steps, cooldown=0.4, seed=7)
+        if resume_from is not None:
+            t.resume(resume_from)
+        history = t.fit(epoch_batches, on_step=lambda step: step == stop_at)
+        return t, [s.lr for s in history]
+
+    uninterrupted, lrs = run(10)  # a cooldown over the last 40% of 10 steps: 4 steps
+    assert lrs == pytest.approx([rate(n, 32, warmup=10) * cooldown_factor(n, 10, 4) for n in range(1, 11)])
+    first, _ = run(10, stop_at=5)
+    path = first.save_checkpoint(tmp_path / "cut.pt")
+    resumed, _ = run(10, resume_from=path)
+    assert max_difference(parameters(uninterrupted), parameters(resumed)) <= 1e-6
+    # Trained longer than planned: the cooldown moves to the new end (40% of 14 steps: 6); the steps
+    # before it are the paper's rate again.
+    _, longer = run(14, resume_from=path)
+    assert longer == pytest.approx([rate(n, 32, warmup=10) * cooldown_factor(n, 14, 6) for n in range(6, 15)])
+    assert longer[:3] == pytest.approx([rate(n, 32, warmup=10) for n in range(6, 9)])

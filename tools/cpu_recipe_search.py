@@ -6,6 +6,7 @@ two CPU cores gets, scored on the validation set only (never on a test set).
     python tools/cpu_recipe_search.py --runs word-p0.3 bpe-p0.1   # some of the candidates
     python tools/cpu_recipe_search.py --at-step 1000 # every candidate greedily, at the same step
     python tools/cpu_recipe_search.py --tune-decoding runs/search/word-p0.1   # average_last, alpha
+    python tools/cpu_recipe_search.py --thirty-minutes cooldown-0.32  # a whole 30-minute run, 2 threads
 
 Every candidate trains for the same number of optimizer steps (`--steps`, what a 30-minute run of
 the recipe reaches on two cores) with the same batches of up to 4,000 padded tokens, one thread per
@@ -16,6 +17,12 @@ the machine was). Each run is scored on the 1,014 validation sentences with beam
 The results go to book/results/multi30k_search.json, which chapter 13 reads; `--at-step` adds
 every candidate's greedy validation BLEU at one step (candidates stopped early can be compared
 there), `--tune-decoding` a run's scores for each number of checkpoints averaged and each α.
+
+The second stage changes the schedule, which changes how many steps a run can take, so its
+candidates are compared as the recipe is used: `--thirty-minutes NAME` trains the `multi30k` recipe
+with a few options changed, alone on the machine with both cores, for its 30 minutes (or its
+`--max-steps`, if it reaches them first), and scores it on the validation set: greedy and beam 4
+from the last checkpoint, beam 4 from the average of the last 3.
 """
 
 import argparse
@@ -57,28 +64,51 @@ CANDIDATES = {
     "word-p0.1-lr1": ["--dropout", "0.1", "--lr-factor", "1.0"],
     "bpe-p0.1": ["--vocab", "bpe", "--vocab-size", "8000", "--dropout", "0.1"],
 }
+# The second stage: whole 30-minute runs of the `multi30k` recipe as it stood after the first stage
+# (§5.3's schedule to step 3,000, stopped by the clock), with these options changed. A cooldown (chapter
+# 7, a share of --max-steps) needs a last step that 30 minutes reach on two cores of the machine that
+# runs the search: "cooldown-0.36" was sized for an AMD EPYC (about 57 steps a minute), the others for an
+# Intel Xeon with AVX-512 (about 90).
+THIRTY_MINUTE_CANDIDATES = {
+    "paper-schedule": ["--max-steps", "3000", "--cooldown", "0"],
+    "cooldown-0.36": ["--max-steps", "1650", "--cooldown", "0.3636"],
+    "cooldown-0.32": ["--max-steps", "2500", "--cooldown", "0.32"],
+}
+
+# The third stage: changes to the cooldown recipe ("cooldown-0.32": 2,500 steps, the last 32% cooling
+# down), compared at equal steps like the first stage (one core each, two side by side, no clock).
+COOLDOWN_BASE = ["--config", "multi30k", "--max-steps", "2500", "--cooldown", "0.32", "--max-minutes", "600"]
+COOLDOWN_CANDIDATES = {
+    "cooldown-p0.2": ["--dropout", "0.2"],
+    "cooldown-bpe": ["--vocab", "bpe", "--vocab-size", "8000"],
+}
 
 
 def train(name: str, steps: int, data_dir: str | None) -> subprocess.Popen:
+    return start_training(RUNS / name, [*COMMON, *CANDIDATES[name], "--max-steps", str(steps)], data_dir)
+
+
+def log_path(run_dir: Path) -> Path:
+    return run_dir.parent / f"{run_dir.name}.log"
+
+
+def start_training(run_dir: Path, options: list[str], data_dir: str | None, threads: int | None = 1):
+    """`train` in a child process, with `threads` threads (None: torch's default), logged beside the run."""
     command = [
         sys.executable,
         "-m",
         "annotated_transformer",
         "train",
         "--run-dir",
-        str(RUNS / name),
-        *COMMON,
-        *CANDIDATES[name],
-        "--max-steps",
-        str(steps),
+        str(run_dir),
+        *options,
         "--quiet",
     ]
     if data_dir:
         command += ["--data-dir", data_dir, "--no-download"]
-    log = open(RUNS / f"{name}.log", "a")
-    return subprocess.Popen(
-        command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    log = open(log_path(run_dir), "a")
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def train_missing(names: list[str], steps: int, parallel: int, data_dir: str | None) -> None:
@@ -153,6 +183,57 @@ def score_at_step(step: int, data_dir: str | None) -> dict[str, float]:
     return scores
 
 
+def thirty_minute_run(name: str, data_dir: str | None) -> dict:
+    """Train the `multi30k` recipe with candidate `name`'s options for its 30 minutes (both cores, no
+    other run beside it; a finished run is only scored), then score it on the validation set."""
+    run_dir, options = RUNS / f"30min-{name}", THIRTY_MINUTE_CANDIDATES[name]
+    if not (run_dir / "model.pt").exists():
+        print(f"training {name} for 30 minutes", flush=True)
+        RUNS.mkdir(parents=True, exist_ok=True)
+        if start_training(run_dir, ["--config", "multi30k", *options], data_dir, threads=None).wait():
+            raise SystemExit(f"{name}: training failed, see {log_path(run_dir)}")
+    return score_cooldown_run(run_dir, options, data_dir)
+
+
+def cooldown_stage(names: list[str], data_dir: str | None) -> dict:
+    """Train (unless finished) the cooldown candidates `names`, one core each, side by side, and
+    score each on the validation set."""
+    RUNS.mkdir(parents=True, exist_ok=True)
+    running = {
+        name: start_training(RUNS / name, [*COOLDOWN_BASE, *COOLDOWN_CANDIDATES[name]], data_dir)
+        for name in names
+        if not (RUNS / name / "model.pt").exists()
+    }
+    print(f"training {', '.join(running) or 'nothing'}", flush=True)
+    for name, process in running.items():
+        if process.wait():
+            raise SystemExit(f"{name}: training failed, see {log_path(RUNS / name)}")
+    return {name: score_cooldown_run(RUNS / name, COOLDOWN_CANDIDATES[name], data_dir) for name in names}
+
+
+def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) -> dict:
+    """Validation BLEU of a finished run: greedy and beam 4 from its last checkpoint, beam 4 from the
+    average of its last 3."""
+    from annotated_transformer.training import checkpoint_paths, read_checkpoint
+    from annotated_transformer.translation import evaluate_bleu
+
+    val = validation_pairs(data_dir)
+    paths = checkpoint_paths(run_dir / "checkpoints")
+    history = json.loads((run_dir / "history.json").read_text())
+    last, averaged = averaged_translator(run_dir, paths, 1), averaged_translator(run_dir, paths, 3)
+    result = {
+        "options": options,
+        "cpu": json.loads((run_dir / "hardware.json").read_text())["cpu"],
+        "steps": read_checkpoint(paths[-1])["step"],
+        "minutes": round(history[-1]["minutes"], 1),
+        "val_greedy_last": round(evaluate_bleu(last, val, beam_size=1).bleu, 2),
+        "val_beam4_last": round(evaluate_bleu(last, val, beam_size=4).bleu, 2),
+        "val_beam4_average_3": round(evaluate_bleu(averaged, val, beam_size=4).bleu, 2),
+    }
+    print(f"{run_dir.name}: {result}", flush=True)
+    return result
+
+
 def tune_decoding(run_dir: Path, data_dir: str | None) -> dict:
     """Validation BLEU of a finished run for each number of checkpoints averaged and each length
     penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen."""
@@ -190,10 +271,33 @@ def main() -> int:
         metavar="RUN_DIR",
         help="only score a finished run's decoding choices (checkpoints averaged, alpha)",
     )
+    parser.add_argument(
+        "--thirty-minutes",
+        nargs="+",
+        choices=list(THIRTY_MINUTE_CANDIDATES),
+        metavar="NAME",
+        help=f"train (unless finished) and score whole 30-minute runs: {', '.join(THIRTY_MINUTE_CANDIDATES)}",
+    )
+    parser.add_argument(
+        "--cooldown-stage",
+        nargs="+",
+        choices=list(COOLDOWN_CANDIDATES),
+        metavar="NAME",
+        help=f"train (unless finished) and score changes to the cooldown recipe at equal steps: "
+        f"{', '.join(COOLDOWN_CANDIDATES)}",
+    )
     args = parser.parse_args()
+    if args.cooldown_stage:
+        update_results("cooldown stage", cooldown_stage(args.cooldown_stage, args.data_dir), merge=True)
+        return 0
     if args.tune_decoding:
         scores = tune_decoding(args.tune_decoding, args.data_dir)
         update_results(f"decoding {args.tune_decoding.resolve().name}", scores)
+        return 0
+    if args.thirty_minutes:
+        for name in args.thirty_minutes:
+            result = thirty_minute_run(name, args.data_dir)  # keyed by machine too: minutes are its own
+            update_results("30-minute runs", {f"{name} on {result['cpu']}": result}, merge=True)
         return 0
     if args.at_step:
         update_results(f"greedy at step {args.at_step}", score_at_step(args.at_step, args.data_dir))
