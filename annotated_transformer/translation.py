@@ -70,7 +70,7 @@ class Recipe:
     warmup: int = 300
     warmup_ramp: bool = True  # False: no warmup, the peak learning rate from step 1 (chapter 18)
     lr_factor: float = 0.5
-    cooldown: float = 0.0  # not in the paper: the rate falls linearly over this last share of the steps (ch. 7)
+    cooldown: float = 0.0  # not in the paper: the rate falls linearly over this last share of steps (ch. 7)
     label_smoothing: float = 0.1
     clip_grad_norm: float | None = None  # not in the paper: clip the gradient norm to this (None: never)
     checkpoint_every: int = 100
