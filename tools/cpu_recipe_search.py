@@ -7,6 +7,7 @@ two CPU cores gets, scored on the validation set only (never on a test set).
     python tools/cpu_recipe_search.py --at-step 1000 # every candidate greedily, at the same step
     python tools/cpu_recipe_search.py --tune-decoding runs/search/word-p0.1   # average_last, alpha
     python tools/cpu_recipe_search.py --thirty-minutes cooldown-0.32  # a whole 30-minute run, 2 threads
+    python tools/cpu_recipe_search.py --cooldown-stage cooldown-p0.2 cooldown-bpe   # the third stage
 
 Every candidate trains for the same number of optimizer steps (`--steps`, what a 30-minute run of
 the recipe reaches on two cores) with the same batches of up to 4,000 padded tokens, one thread per
@@ -19,10 +20,12 @@ every candidate's greedy validation BLEU at one step (candidates stopped early c
 there), `--tune-decoding` a run's scores for each number of checkpoints averaged and each α.
 
 The second stage changes the schedule, which changes how many steps a run can take, so its
-candidates are compared as the recipe is used: `--thirty-minutes NAME` trains the `multi30k` recipe
-with a few options changed, alone on the machine with both cores, for its 30 minutes (or its
+candidates are compared as the recipe is used: `--thirty-minutes NAME` trains the first stage's
+recipe with a few options changed, alone on the machine with both cores, for its 30 minutes (or its
 `--max-steps`, if it reaches them first), and scores it on the validation set: greedy and beam 4
-from the last checkpoint, beam 4 from the average of the last 3.
+from the last checkpoint, beam 4 from the average of the last 3. The third stage,
+`--cooldown-stage NAME ...`, changes the best of them at equal steps again (one core each, side by
+side) and scores each run the same way.
 """
 
 import argparse
@@ -37,9 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs" / "search"
 RESULTS = ROOT / "book" / "results" / "multi30k_search.json"
 
-# Every candidate starts from the same options and changes a few; "word-p0.1" is the starting point
-# (word vocabularies, batches of 4,000 tokens, warmup 400, the §5.3 rate × 0.5).
-COMMON = [
+# The recipe as the first stage found it, whatever `--config multi30k` is today: word vocabularies,
+# batches of 4,000 tokens, warmup 400, the §5.3 rate × 0.5, no cooldown. Every candidate of every
+# stage starts from it and changes a few options.
+WORD_RECIPE = [
     "--config",
     "multi30k",
     "--vocab",
@@ -50,13 +54,14 @@ COMMON = [
     "400",
     "--lr-factor",
     "0.5",
+    "--cooldown",
+    "0",
     "--checkpoint-every",
     "100",
-    "--average-last",
-    "10",
-    "--max-minutes",
-    "600",
 ]
+
+# The first stage: §5.3's schedule, equal steps (`--steps`), one core each; "word-p0.1" is the start.
+COMMON = [*WORD_RECIPE, "--average-last", "10", "--max-minutes", "600"]
 CANDIDATES = {
     "word-p0.1": ["--dropout", "0.1"],
     "word-p0.3": ["--dropout", "0.3"],
@@ -64,20 +69,54 @@ CANDIDATES = {
     "word-p0.1-lr1": ["--dropout", "0.1", "--lr-factor", "1.0"],
     "bpe-p0.1": ["--vocab", "bpe", "--vocab-size", "8000", "--dropout", "0.1"],
 }
-# The second stage: whole 30-minute runs of the `multi30k` recipe as it stood after the first stage
-# (§5.3's schedule to step 3,000, stopped by the clock), with these options changed. A cooldown (chapter
-# 7, a share of --max-steps) needs a last step that 30 minutes reach on two cores of the machine that
-# runs the search: "cooldown-0.36" was sized for an AMD EPYC (about 57 steps a minute), the others for an
-# Intel Xeon with AVX-512 (about 90).
+
+# The second stage: whole 30-minute runs on two cores (§5.3's schedule to step 3,000, stopped by the
+# clock, against cooldowns). A cooldown (chapter 7, a share of --max-steps) needs a last step that 30
+# minutes reach on the machine that runs the search: "cooldown-0.36" was sized for an AMD EPYC (about
+# 57 word steps a minute), the others for an Intel Xeon with AVX-512 (about 96 word steps, 79 BPE
+# steps a minute). "bpe-cooldown-0.32" is today's `multi30k` recipe: chapter 13 trains it in
+# book/runs/multi30k, which can be copied to runs/search/30min-bpe-cooldown-0.32 to be scored here.
+THIRTY_MINUTE_BASE = [*WORD_RECIPE, "--average-last", "3", "--max-minutes", "30"]
 THIRTY_MINUTE_CANDIDATES = {
-    "paper-schedule": ["--max-steps", "3000", "--cooldown", "0"],
+    "paper-schedule": ["--max-steps", "3000"],
     "cooldown-0.36": ["--max-steps", "1650", "--cooldown", "0.3636"],
     "cooldown-0.32": ["--max-steps", "2500", "--cooldown", "0.32"],
+    "bpe-cooldown-0.32": [
+        "--vocab",
+        "bpe",
+        "--vocab-size",
+        "8000",
+        "--max-steps",
+        "2250",
+        "--cooldown",
+        "0.32",
+    ],
+    # Half the pieces: a step about a fifth cheaper, so 2,650 steps fit in the half hour.
+    "bpe4000-cooldown-0.32": [
+        "--vocab",
+        "bpe",
+        "--vocab-size",
+        "4000",
+        "--max-steps",
+        "2650",
+        "--cooldown",
+        "0.32",
+    ],
 }
 
-# The third stage: changes to the cooldown recipe ("cooldown-0.32": 2,500 steps, the last 32% cooling
-# down), compared at equal steps like the first stage (one core each, two side by side, no clock).
-COOLDOWN_BASE = ["--config", "multi30k", "--max-steps", "2500", "--cooldown", "0.32", "--max-minutes", "600"]
+# The third stage: changes to "cooldown-0.32" (2,500 steps, the last 32% cooling down), compared at
+# equal steps like the first stage (one core each, two side by side, no clock).
+COOLDOWN_BASE = [
+    *WORD_RECIPE,
+    "--max-steps",
+    "2500",
+    "--cooldown",
+    "0.32",
+    "--average-last",
+    "3",
+    "--max-minutes",
+    "600",
+]
 COOLDOWN_CANDIDATES = {
     "cooldown-p0.2": ["--dropout", "0.2"],
     "cooldown-bpe": ["--vocab", "bpe", "--vocab-size", "8000"],
@@ -190,7 +229,7 @@ def thirty_minute_run(name: str, data_dir: str | None) -> dict:
     if not (run_dir / "model.pt").exists():
         print(f"training {name} for 30 minutes", flush=True)
         RUNS.mkdir(parents=True, exist_ok=True)
-        if start_training(run_dir, ["--config", "multi30k", *options], data_dir, threads=None).wait():
+        if start_training(run_dir, [*THIRTY_MINUTE_BASE, *options], data_dir, threads=None).wait():
             raise SystemExit(f"{name}: training failed, see {log_path(run_dir)}")
     return score_cooldown_run(run_dir, options, data_dir)
 
