@@ -257,9 +257,12 @@ def what_was_trained(run, start_step: int) -> list[str]:
     else:
         done = f"trained {run.steps:,} step{'s' if run.steps != 1 else ''} into {run_dir}"
     lines = [f"{done} ({spent} of training in all)"]
-    if run.out_of_time and trained:
+    if run.fitted_last_step is not None and trained:
+        lines.append(f"the time limit ({limit}) allowed about {run.fitted_last_step:,} of the "
+                     f"{recipe.max_steps:,} steps on this machine: the cooldown was fitted to end there")
+    elif run.out_of_time and trained:
         lines.append(f"the time limit ({limit}) stopped it at step {run.steps:,} of {recipe.max_steps:,}")
-    if run.out_of_time:
+    if run.out_of_time and run.fitted_last_step is None:
         lines.append("to go on, run the same command with a larger --max-minutes (the limit counts the "
                      "training of every session, so the same command alone trains no further)")
     return lines

@@ -307,10 +307,11 @@ class Trainer:
     engineering around it (gradient accumulation, mixed precision, compilation, checkpoints).
 
     `train_step(micro_batches)` is one optimizer step. `fit(epoch_batches)` runs steps until
-    `config.max_steps`, taking micro-batches from `epoch_batches(epoch)` and remembering where it
-    is, so that a resumed run sees exactly the batches the interrupted one would have seen. Between
-    two log points `fit` never waits for the device: the statistics of the steps stay there until
-    the log point reads them all at once, checks them, and hands them to `on_log`.
+    `self.last_step` (`config.max_steps`, unless `end_schedule_at` moved it), taking micro-batches
+    from `epoch_batches(epoch)` and remembering where it is, so that a resumed run sees exactly the
+    batches the interrupted one would have seen. Between two log points `fit` never waits for the
+    device: the statistics of the steps stay there until the log point reads them all at once,
+    checks them, and hands them to `on_log`.
 
     When torch.distributed runs several processes (ranks), each rank trains on its own batches
     through DistributedDataParallel, and a step on k ranks gives exactly the gradient of one process
@@ -349,6 +350,7 @@ class Trainer:
             check_compile_support(self.device)
             self.forward_loss = compile_forward_loss(self._forward_loss)
         self.step = 0  # optimizer steps done
+        self.last_step = config.max_steps  # where training and the schedule end (end_schedule_at)
         self.epoch = 0  # where fit() is in the data: the epoch, and micro-batches done in it
         self.position = 0
         self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote or resumed
@@ -435,7 +437,7 @@ class Trainer:
         on_log: Callable[[list[StepStats]], bool | None] | None = None,
         on_step: Callable[[int], bool | None] | None = None,
     ) -> list[StepStats]:
-        """Train until `config.max_steps`, `config.accumulate` micro-batches per optimizer step.
+        """Train until `self.last_step`, `config.accumulate` micro-batches per optimizer step.
 
         `epoch_batches(epoch)` gives one pass over the data in an order fixed by the epoch (a
         seeded shuffle): that is what makes an interrupted run resumable. A log point comes every
@@ -450,19 +452,19 @@ class Trainer:
         on every rank (the statistics `on_log` gets are the global batch's, the same everywhere).
         """
         config, history, pending = self.config, [], []
-        progress = Progress(config.max_steps, self.step, enabled=config.progress and self.is_main)
+        progress = Progress(self.last_step, self.step, enabled=config.progress and self.is_main)
         if self.step == 0:  # a fresh run starts from config.seed; a resumed one from its checkpoint
             torch.manual_seed(config.seed)
             random.seed(config.seed)
         stop = False
-        while self.step < config.max_steps and not stop:
+        while self.step < self.last_step and not stop:
             batches = epoch_batches(self.epoch)
             if len(batches) == 0:
                 raise ValueError(
                     f"epoch_batches({self.epoch}) returned no batches: is the training data empty?"
                 )
             groups = self._groups(batches)
-            while self.position < len(batches) and self.step < config.max_steps and not stop:
+            while self.position < len(batches) and self.step < self.last_step and not stop:
                 group = next(groups)
                 pending.append(self.train_step_async(group))
                 self.position += len(group)
@@ -504,7 +506,7 @@ class Trainer:
     def _is_log_point(self) -> bool:
         config = self.config
         return (
-            self.step == config.max_steps
+            self.step == self.last_step
             or (config.log_every > 0 and self.step % config.log_every == 0)
             or (config.checkpoint_every > 0 and self.step % config.checkpoint_every == 0)
         )
@@ -561,7 +563,9 @@ class Trainer:
         checkpoint = load_checkpoint(path, self.model, self.optimizer, self.scheduler, self.device,
                                      restore_rng=True)
         self.step = checkpoint["step"]
-        self._end_schedule_at_max_steps()
+        # A resumed run may train longer than the interrupted one planned (a new max_steps): its
+        # cooldown then ends at the new last step, not at the one saved with the schedule.
+        self.end_schedule_at(self.config.max_steps)
         self.epoch = checkpoint["extra"].get("epoch", 0)
         self.position = checkpoint["extra"].get("position", 0)
         if "scaler" in checkpoint["extra"]:
@@ -569,11 +573,15 @@ class Trainer:
         self.last_checkpoint = Path(path)
         return checkpoint
 
-    def _end_schedule_at_max_steps(self) -> None:
-        """A resumed run may train longer than the interrupted one planned (a new max_steps): its
-        cooldown then ends at the new last step, not at the one saved with the schedule."""
+    def end_schedule_at(self, last_step: int) -> None:
+        """Make `last_step` (at most `config.max_steps`) the last step: `fit` stops there, and the
+        cooldown, `config.cooldown` of the steps, ends there. Chapter 13 uses it to fit a run to
+        a clock that would stop it before max_steps; the rate of the steps done stays as it was."""
+        if not 0 < last_step <= self.config.max_steps:
+            raise ValueError(f"last_step must lie in [1, max_steps={self.config.max_steps}], got {last_step}")
+        self.last_step = last_step
         schedule = self.scheduler.lr_lambdas[0]
-        planned = (self.config.cooldown_steps, self.config.max_steps)
+        planned = (round(self.config.cooldown * last_step), last_step)
         if (schedule.cooldown, schedule.total_steps) == planned:
             return
         schedule.cooldown, schedule.total_steps = planned

@@ -8,8 +8,8 @@ sacreBLEU, with the attention of every layer and head drawn as in the paper's Fi
 __all__ = ['COUNT_FIELDS', 'TYPE_NAMES', 'RECIPES', 'RESUMABLE_FIELDS', 'VOCABULARY_FIELDS', 'RUN_INFO', 'UNREADABLE_SHARE',
            'Recipe', 'get_recipe', 'TrainingRun', 'describe_hardware', 'check_device', 'run_work', 'peek_extra',
            'recorded', 'settle_recipe', 'load_vocabularies', 'run_fingerprint', 'read_run_info', 'run_data_dir',
-           'train_translation', 'RunHistory', 'finish_run', 'InputWarning', 'TranslationInfo', 'input_warning',
-           'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'attention_maps', 'plot_attention']
+           'train_translation', 'ClockFit', 'RunHistory', 'finish_run', 'InputWarning', 'TranslationInfo',
+           'input_warning', 'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'attention_maps', 'plot_attention']
 
 # %% ../book/13_translation.ipynb #f9e40f8a
 import contextlib
@@ -80,7 +80,8 @@ class Recipe:
     precision: str = "auto"  # bf16 on a GPU that has it, fp16 on an older one, fp32 on a CPU (chapter 9)
     compile: bool = False
     seed: int = 0
-    max_minutes: float | None = None  # stop training after this much wall time (None: max_steps only)
+    max_minutes: float | None = None  # stop training after this much wall time (None: max_steps only);
+    # with a cooldown, a run the clock would stop first ends its cooldown when the time runs out
 
     def __post_init__(self) -> None:
         """Refuse, naming the field, a value that training or decoding would refuse later: a recipe
@@ -204,8 +205,8 @@ RECIPES: dict[str, Recipe] = {
     ),
     # Multi30k on two CPU cores in 30 minutes: the paper's recipe scaled down; the vocabulary, batch
     # size, learning rate, cooldown and checkpoints averaged chosen on the validation set (see the
-    # chapter). 2,650 steps take about 28 minutes on two cores of the CPU of the search; on a slower
-    # one the clock ends the run first.
+    # chapter). 2,650 steps take about 28 minutes on two cores of the CPU of the search; a slower one
+    # does fewer steps in its 30 minutes, and ends the cooldown there (`fitted_last_step`).
     "multi30k": Recipe(
         name="multi30k",
         corpus="multi30k",
@@ -283,6 +284,7 @@ class TrainingRun:
     hardware: dict = field(default_factory=dict)  # where it was trained (`describe_hardware`)
     steps: int = 0  # optimizer steps trained so far (at most recipe.max_steps)
     out_of_time: bool = False  # True when recipe.max_minutes ended training before max_steps
+    fitted_last_step: int | None = None  # where the time limit moved the end of the schedule
 
     @property
     def model_path(self) -> Path:
@@ -586,12 +588,14 @@ def train_translation(
     trainer.checkpoint_extra = {**run_fingerprint(recipe, vocabs, model.config),
                                 "longest_source": max(map(len, encoded.source), default=0)}
     resumed = _resume(trainer, run_dir, vocabs, write)
+    ClockFit(trainer, recipe, write).restore(resumed)
     history = RunHistory(run_dir / "history.json", trainer.step, write, resumed.get("minutes", 0.0))
     stopped = _train(trainer, recipe, history, epoch_batches, world_size)
     history.save()
     model = finish_run(run_dir, recipe, trainer.model, write, extra=trainer.checkpoint_extra)
+    fitted = trainer.checkpoint_extra.get(ClockFit.KEY, {}).get("last_step")
     return TrainingRun(run_dir, recipe, vocabs, model, history.records, history.minutes_trained(),
-                       hardware, steps=trainer.step, out_of_time=stopped)
+                       hardware, steps=trainer.step, out_of_time=stopped, fitted_last_step=fitted)
 
 
 def _prepare_run_dir(run_dir: Path, recipe: Recipe, write: bool, world_size: int) -> None:
@@ -629,16 +633,70 @@ def _resume(trainer: Trainer, run_dir: Path, vocabs: Vocabularies, write: bool) 
     return peek_extra(resumed) if resumed is not None else {}
 
 
+class ClockFit:
+    """Not in the paper: a cooldown (chapter 7) that ends when a run's time runs out.
+
+    A recipe's cooldown is a share of `max_steps`, but `max_minutes` stops a run on a slow machine
+    before it gets there: it would end mid-schedule, never cooled down. So once (1 - cooldown) of
+    the minutes have passed with the cooldown not yet begun, the speed so far predicts the last
+    step the clock allows, and the schedule is made to end there (`Trainer.end_schedule_at`): the
+    cooldown takes the same share of the time as it would of the steps. A fast machine, whose
+    cooldown begins before that moment, trains to max_steps as planned. The decision is kept in
+    the checkpoints, so that a resumed run follows it exactly.
+    """
+
+    KEY = "fitted_schedule"  # in checkpoint `extra`: {"last_step": ..., "max_minutes": ...}
+
+    def __init__(self, trainer: Trainer, recipe: Recipe, write: bool = True) -> None:
+        self.trainer, self.recipe, self.write = trainer, recipe, write
+
+    def last_step(self, minutes: float) -> int | None:
+        """The step at which to end the schedule, if now is the moment to decide it; else None."""
+        recipe, step = self.recipe, self.trainer.step
+        if recipe.max_minutes is None or recipe.cooldown == 0 or self.KEY in self.trainer.checkpoint_extra:
+            return None
+        cooldown_start = recipe.max_steps - round(recipe.cooldown * recipe.max_steps)
+        if step == 0 or step >= cooldown_start or minutes < (1 - recipe.cooldown) * recipe.max_minutes:
+            return None
+        allowed = round(step * recipe.max_minutes / minutes)  # at the speed so far
+        return min(recipe.max_steps, max(step, allowed))
+
+    def apply(self, last_step: int, minutes: float | None = None) -> None:
+        self.trainer.end_schedule_at(last_step)
+        recipe = self.recipe
+        self.trainer.checkpoint_extra[self.KEY] = {"last_step": last_step, "max_minutes": recipe.max_minutes}
+        if minutes is not None:
+            _note(f"after {minutes:.1f} of {recipe.max_minutes:g} minutes, at step {self.trainer.step:,}: "
+                  f"the time allows about {last_step:,} of {recipe.max_steps:,} steps, so the cooldown (the "
+                  f"last {recipe.cooldown:.0%}) ends at step {last_step:,}", self.write)
+
+    def restore(self, resumed_extra: dict) -> None:
+        """Follow the decision of the run's checkpoint, if it made one under the same time limit."""
+        saved = resumed_extra.get(self.KEY)
+        if isinstance(saved, dict) and saved.get("max_minutes") == self.recipe.max_minutes:
+            self.apply(min(int(saved["last_step"]), self.recipe.max_steps))
+
+
 def _train(trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batches, world_size: int) -> bool:
-    """Train to `recipe.max_steps` or until `recipe.max_minutes`, whichever comes first, and write a
-    checkpoint at the end; True when the time limit stopped training."""
+    """Train to `recipe.max_steps` or until `recipe.max_minutes`, whichever comes first (a cooldown
+    fitted to the clock: `ClockFit`), and write a checkpoint at the end; True when the time limit
+    ended training."""
+    clock_fit = ClockFit(trainer, recipe, trainer.is_main)
 
     def out_of_time() -> bool:
         return recipe.max_minutes is not None and history.minutes() >= recipe.max_minutes
 
+    def fit_to_clock(last_step: int | None, minutes: float) -> None:
+        if last_step is not None:
+            clock_fit.apply(last_step, minutes)
+
     def on_step(step: int) -> bool:  # the host's clock only: the step need not have finished
         history.step_done(step)
-        return world_size == 1 and out_of_time()
+        if world_size > 1:
+            return False
+        minutes = history.minutes()
+        fit_to_clock(clock_fit.last_step(minutes), minutes)
+        return out_of_time()
 
     def on_log(records: list[StepStats]) -> bool:
         history.add(records)
@@ -647,13 +705,18 @@ def _train(trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batche
             history.save()
         if world_size == 1:
             return False
-        # Every rank must stop at the same step, so rank 0's clock decides, at the log points.
-        flag = torch.tensor([float(out_of_time())], device=trainer.device)
-        torch.distributed.broadcast(flag, src=0)
-        return bool(flag.item())
+        # Every rank must stop, and fit its schedule, at the same step: rank 0's clock decides, at
+        # the log points.
+        minutes = history.minutes()
+        decision = torch.tensor([float(out_of_time()), float(clock_fit.last_step(minutes) or 0)],
+                                device=trainer.device)
+        torch.distributed.broadcast(decision, src=0)
+        stop, last_step = decision.tolist()
+        fit_to_clock(int(last_step) or None, minutes)
+        return bool(stop)
 
     stopped = out_of_time()
-    if trainer.step < recipe.max_steps and not stopped:
+    if trainer.step < trainer.last_step and not stopped:
         trainer.fit(epoch_batches, on_log=on_log, on_step=on_step)
         stopped = trainer.step < recipe.max_steps
         if trainer.step % recipe.checkpoint_every:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import small_config
 
-from annotated_transformer.__main__ import main, option_name
+from annotated_transformer.__main__ import main, option_name, what_was_trained
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.tokenization import build_vocabularies
@@ -455,6 +455,16 @@ def test_a_time_limit_reports_the_steps_trained_and_how_to_go_on(run, tmp_path, 
     assert f"{run_dir} has used up its time limit (--max-minutes 1e-06) at step 1 of 50" in out
     assert main([*command[:-1], "inf"]) == 0
     assert f"resumed {run_dir} at step 1 and trained to step 50" in capsys.readouterr().out
+
+
+def test_a_cooldown_fitted_to_the_clock_is_reported_as_such(tmp_path):
+    recipe = Recipe(max_steps=2650, max_minutes=30.0, cooldown=0.32)
+    run = dataclasses.make_dataclass("Run", ["recipe", "run_dir", "steps", "minutes", "out_of_time",
+                                             "fitted_last_step"])(recipe, tmp_path, 1998, 30.0, True, 1998)
+    lines = what_was_trained(run, 0)
+    assert lines[1] == ("the time limit (--max-minutes 30.0) allowed about 1,998 of the 2,650 steps on this "
+                        "machine: the cooldown was fitted to end there")
+    assert len(lines) == 2  # no advice to train on: the schedule has ended
 
 
 def fake_multi30k(folder):

@@ -25,6 +25,7 @@ from annotated_transformer.distributed import (
     shutdown_distributed,
 )
 from annotated_transformer.model import make_model
+from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
     TrainConfig,
     Trainer,
@@ -86,9 +87,34 @@ def _worker(rank: int, out: str, port: int) -> None:
         with contextlib.redirect_stdout(io.StringIO()) as printed:
             trainer.fit(lambda epoch: fit_batches(epoch, rank, WORLD))
         result["printed by fit"] = printed.getvalue()
+        result["clock fit"] = _clock_fitted_run(rank, out)
         torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     finally:
         shutdown_distributed()
+
+
+def _clock_fitted_run(rank: int, out: str) -> dict:
+    """A translation run on both ranks whose time limit (1 minute, on a clock of 0.1 minutes a step)
+    comes before its cooldown (the last half of 40 steps): rank 0's clock fits the schedule, at a log
+    point, for both ranks. The last thing a worker does: it patches the trainer and the clock."""
+    from annotated_transformer.translation import RunHistory, get_recipe, train_translation
+
+    done, step = {"steps": 0}, Trainer.train_step_async
+
+    def counted_step(self, micro_batches):
+        done["steps"] = self.step + 1
+        return step(self, micro_batches)
+
+    Trainer.train_step_async = counted_step
+    RunHistory.minutes = lambda self: 0.1 * done["steps"]
+    recipe = get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, n_heads=2, vocab_size=300, max_tokens=600,
+                        warmup=10, max_steps=40, cooldown=0.5, max_minutes=1.0, checkpoint_every=2,
+                        average_last=1)
+    with contextlib.redirect_stderr(io.StringIO()):
+        run = train_translation(recipe, Path(out) / "clock-fitted", device="cpu", progress=False, rank=rank,
+                                world_size=WORLD)
+    return {"steps": run.steps, "fitted": run.fitted_last_step, "lrs": [r["lr"] for r in run.history],
+            "parameters": [p.detach().clone() for p in run.model.parameters()]}
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +177,18 @@ def test_fit_on_two_ranks_equals_fit_with_accumulation(ranks):
     assert max_difference(written, [single.model.state_dict()[name] for name in names]) <= 1e-6
     extra = checkpoint["extra"]
     assert (extra["epoch"], extra["position"]) == (single.epoch, single.position // WORLD)
+
+
+def test_rank_0s_clock_fits_the_schedule_of_every_rank(ranks):
+    _, results = ranks
+    rank0, rank1 = (result["clock fit"] for result in results)
+    # The first log point past half of the minute is step 6 (checkpoints every 2 steps): its speed
+    # allows 4 more steps, and the cooldown becomes the last 5 of 10.
+    assert (rank0["steps"], rank0["fitted"]) == (rank1["steps"], rank1["fitted"]) == (10, 10)
+    assert max_difference(rank0["parameters"], rank1["parameters"]) == 0.0
+    expected = [rate(n, 32, warmup=10, factor=0.5) * cooldown_factor(n, 10, 5) for n in range(7, 11)]
+    assert rank0["lrs"][6:] == pytest.approx(expected)
+    assert rank0["lrs"][5] == pytest.approx(rate(6, 32, warmup=10, factor=0.5))  # decided after step 6
 
 
 # --- one process --------------------------------------------------------------------------------

@@ -687,3 +687,16 @@ def test_a_cooldown_resumes_exactly_and_ends_at_a_new_max_steps(tmp_path):
     _, longer = run(14, resume_from=path)
     assert longer == pytest.approx([rate(n, 32, warmup=10) * cooldown_factor(n, 14, 6) for n in range(6, 15)])
     assert longer[:3] == pytest.approx([rate(n, 32, warmup=10) for n in range(6, 9)])
+
+
+def test_end_schedule_at_stops_fit_and_ends_the_cooldown_there():
+    t = trainer(model_seed=3, max_steps=20, cooldown=0.5, seed=7)
+    first = t.fit(epoch_batches, on_step=lambda step: step == 4)
+    t.end_schedule_at(8)  # the cooldown is now 50% of 8 steps: steps 5-8
+    rest = t.fit(epoch_batches)
+    assert [s.step for s in first + rest] == list(range(1, 9)) and t.step == t.last_step == 8
+    expected = [rate(n, 32, warmup=10) * cooldown_factor(n, 8, 4) for n in range(1, 9)]
+    assert [s.lr for s in first + rest] == pytest.approx(expected)
+    for bad in (0, 21):
+        with pytest.raises(ValueError, match=r"last_step must lie in \[1, max_steps=20\]"):
+            t.end_schedule_at(bad)

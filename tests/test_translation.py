@@ -13,12 +13,14 @@ import torch
 
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
-from annotated_transformer.training import checkpoint_paths, read_checkpoint
+from annotated_transformer.training import Trainer, checkpoint_paths, read_checkpoint
 from annotated_transformer.translation import (
     RECIPES,
     RESUMABLE_FIELDS,
     InputWarning,
+    RunHistory,
     Translator,
     attention_maps,
     bleu,
@@ -156,6 +158,64 @@ def test_max_minutes_stops_training(tmp_path):
     )
     assert [h["step"] for h in run.history] == [1]  # the limit is checked after every step
     assert (tmp_path / "r" / "model.pt").is_file()
+
+
+class Interrupted(Exception):
+    pass
+
+
+TRAIN_STEP = Trainer.train_step_async  # the real one, whatever a test has patched
+
+
+def fake_clock(monkeypatch, minutes_per_step: float, interrupt_after: int | None = None) -> None:
+    """Training minutes = minutes_per_step × optimizer steps done (resumed steps included): a
+    machine of known speed. `interrupt_after`: raise Interrupted once that step is done."""
+    done = {"steps": 0}
+
+    def counted_step(self, micro_batches):
+        if self.step == interrupt_after:
+            raise Interrupted
+        done["steps"] = self.step + 1
+        return TRAIN_STEP(self, micro_batches)
+
+    monkeypatch.setattr(Trainer, "train_step_async", counted_step)
+    monkeypatch.setattr(RunHistory, "minutes", lambda self: minutes_per_step * done["steps"])
+
+
+def clock_fitted_recipe(**overrides):
+    return tiny_recipe(max_steps=40, cooldown=0.5, max_minutes=1.0, checkpoint_every=1, average_last=1,
+                       **overrides)
+
+
+def test_a_slow_machine_ends_its_cooldown_when_the_time_runs_out(tmp_path, monkeypatch):
+    # 0.1 minutes a step: after 0.5 of the 1.0 minutes (step 5) the cooldown of 40 steps has not
+    # begun (step 20), and the speed so far allows 10 steps: the cooldown is steps 6-10.
+    fake_clock(monkeypatch, 0.1)
+    run = train_translation(clock_fitted_recipe(), tmp_path / "r", device="cpu", progress=False)
+    assert (run.steps, run.fitted_last_step, run.out_of_time) == (10, 10, True)
+    expected = [rate(n, 32, warmup=10, factor=0.5) * cooldown_factor(n, 10, 5) for n in range(1, 11)]
+    assert [record["lr"] for record in run.history] == pytest.approx(expected)
+
+
+def test_a_fast_machine_keeps_the_planned_cooldown(tmp_path, monkeypatch):
+    fake_clock(monkeypatch, 0.02)  # 40 steps in 0.8 minutes: the clock never limits it
+    run = train_translation(clock_fitted_recipe(), tmp_path / "r", device="cpu", progress=False)
+    assert (run.steps, run.fitted_last_step, run.out_of_time) == (40, None, False)
+    assert run.history[-1]["lr"] == pytest.approx(rate(40, 32, warmup=10, factor=0.5) / 21)
+
+
+def test_a_clock_fitted_run_resumes_exactly(tmp_path, monkeypatch):
+    fake_clock(monkeypatch, 0.1)
+    whole = train_translation(clock_fitted_recipe(), tmp_path / "whole", device="cpu", progress=False)
+    fake_clock(monkeypatch, 0.1, interrupt_after=7)  # after the decision at step 5
+    with pytest.raises(Interrupted):
+        train_translation(clock_fitted_recipe(), tmp_path / "cut", device="cpu", progress=False)
+    fake_clock(monkeypatch, 0.1)
+    resumed = train_translation(clock_fitted_recipe(), tmp_path / "cut", device="cpu", progress=False)
+    assert (resumed.steps, resumed.fitted_last_step) == (10, 10)
+    assert [r["lr"] for r in resumed.history] == pytest.approx([r["lr"] for r in whole.history])
+    for key, value in whole.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[key], value, rtol=0, atol=1e-6)
 
 
 # --- the Translator ------------------------------------------------------------------------------
