@@ -25,7 +25,9 @@ recipe with a few options changed, alone on the machine with both cores, for its
 `--max-steps`, if it reaches them first), and scores it on the validation set: greedy and beam 4
 from the last checkpoint, beam 4 from the average of the last 3. The third stage,
 `--cooldown-stage NAME ...`, changes the best of them at equal steps again (one core each, side by
-side) and scores each run the same way.
+side) and scores each run the same way. The fourth, `--thirty-minutes bpe4000-clock-fitted`, trains
+the final recipe for its 30 minutes again, on a CPU too slow for its 2,650 steps, with the cooldown
+fitted to the clock. Beam scores use the α of the run's recipe (recorded as "alpha").
 """
 
 import argparse
@@ -247,8 +249,8 @@ def cooldown_stage(names: list[str], data_dir: str | None) -> dict:
 
 
 def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) -> dict:
-    """Validation BLEU of a finished run: greedy and beam 4 from its last checkpoint, beam 4 from the
-    average of its last 3."""
+    """Validation BLEU of a finished run: greedy and beam 4 (with the α of the run's recipe) from its
+    last checkpoint, beam 4 from the average of its last 3."""
     from annotated_transformer.training import checkpoint_paths, read_checkpoint
     from annotated_transformer.translation import evaluate_bleu
 
@@ -264,6 +266,7 @@ def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) 
         "val_greedy_last": round(evaluate_bleu(last, val, beam_size=1).bleu, 2),
         "val_beam4_last": round(evaluate_bleu(last, val, beam_size=4).bleu, 2),
         "val_beam4_average_3": round(evaluate_bleu(averaged, val, beam_size=4).bleu, 2),
+        "alpha": last.alpha,  # the length penalty of the beam scores: the run's recipe's
     }
     print(f"{run_dir.name}: {result}", flush=True)
     return result
