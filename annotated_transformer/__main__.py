@@ -172,7 +172,7 @@ RECIPE_HELP = {
     "norm_position": "post: LayerNorm(x + Sublayer(x)), the paper's (§3.1); pre: x + Sublayer(LayerNorm(x))",
     "warmup_ramp": "rise linearly during the warmup (§5.3); --no-warmup-ramp starts at the peak rate",
     "max_minutes": "stop training after this many minutes of training, all sessions of the run together "
-                   "(inf: no limit)",
+                   "(inf: no limit); a cooldown that would not end in time is fitted to end then",
 }
 
 
