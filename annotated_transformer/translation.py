@@ -655,7 +655,7 @@ class ClockFit:
         recipe, step = self.recipe, self.trainer.step
         if recipe.max_minutes is None or recipe.cooldown == 0 or self.KEY in self.trainer.checkpoint_extra:
             return None
-        cooldown_start = recipe.max_steps - round(recipe.cooldown * recipe.max_steps)
+        cooldown_start = recipe.max_steps - self.trainer.config.cooldown_steps  # as planned in steps
         if step == 0 or step >= cooldown_start or minutes < (1 - recipe.cooldown) * recipe.max_minutes:
             return None
         allowed = round(step * recipe.max_minutes / minutes)  # at the speed so far

@@ -76,8 +76,9 @@ CANDIDATES = {
 # clock, against cooldowns). A cooldown (chapter 7, a share of --max-steps) needs a last step that 30
 # minutes reach on the machine that runs the search: "cooldown-0.36" was sized for an AMD EPYC (about
 # 57 word steps a minute), the others for an Intel Xeon with AVX-512 (about 96 word steps, 79 BPE
-# steps a minute). "bpe-cooldown-0.32" is today's `multi30k` recipe: chapter 13 trains it in
-# book/runs/multi30k, which can be copied to runs/search/30min-bpe-cooldown-0.32 to be scored here.
+# steps a minute). "bpe4000-cooldown-0.32" has the options of today's `multi30k` recipe: chapter 13
+# trains it in book/runs/multi30k, which can be copied to runs/search/30min-bpe4000-cooldown-0.32 to
+# be scored here.
 THIRTY_MINUTE_BASE = [*WORD_RECIPE, "--average-last", "3", "--max-minutes", "30"]
 BPE4000_RECIPE = ["--vocab", "bpe", "--vocab-size", "4000", "--max-steps", "2650", "--cooldown", "0.32"]
 THIRTY_MINUTE_CANDIDATES = {
@@ -98,7 +99,8 @@ THIRTY_MINUTE_CANDIDATES = {
     "bpe4000-cooldown-0.32": BPE4000_RECIPE,
     # The same options, trained since a run fits its cooldown to the clock (chapter 13's ClockFit):
     # on a CPU too slow for 2,650 steps in 30 minutes the cooldown ends when the time does, where
-    # "bpe4000-cooldown-0.32" (trained before) was stopped by the clock before its cooldown began.
+    # "bpe4000-cooldown-0.32" (trained before it, on the AMD EPYC) was stopped by the clock 84 steps
+    # into a cooldown planned for 848.
     "bpe4000-clock-fitted": BPE4000_RECIPE,
 }
 
