@@ -7,11 +7,14 @@ import pytest
 import torch
 
 from annotated_transformer.layers import (
+    MASK_BITS,
+    Dropout,
     Embeddings,
     Generator,
     LearnedPositionalEmbedding,
     PositionalEncoding,
     PositionwiseFeedForward,
+    dropout_keep_mask,
     sinusoidal_table,
 )
 
@@ -152,3 +155,71 @@ def test_positional_dropout_is_active_only_in_train_mode(module):
     x = torch.randn(2, 10, 8)
     assert (pe.train()(x) == 0).any()
     assert not (pe.eval()(x) == 0).any()
+
+
+# --- §5.4 dropout with 16-bit masks ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_dropout_keeps_each_component_with_probability_one_minus_p(p):
+    """Over 4 million components the kept share is within 5 standard deviations of 1 - P."""
+    torch.manual_seed(0)
+    keep = dropout_keep_mask(torch.Size([2000, 2000]), p)
+    rounded = round(p * 2**MASK_BITS) / 2**MASK_BITS
+    assert abs(rounded - p) <= 2 ** -(MASK_BITS + 1)
+    sigma = math.sqrt(rounded * (1 - rounded) / keep.numel())
+    assert abs(keep.float().mean().item() - (1 - rounded)) < 5 * sigma
+
+
+def test_dropout_masks_are_independent_between_neighbours():
+    """The four 16-bit lanes of one 64-bit number give independent entries: the chance that two
+    neighbours are both dropped is P² (a shared or shifted lane would make it P)."""
+    torch.manual_seed(0)
+    dropped = ~dropout_keep_mask(torch.Size([4_000_000]), 0.5)
+    for lag in (1, 2, 3, 4):
+        both = (dropped[:-lag] & dropped[lag:]).float().mean().item()
+        assert abs(both - 0.25) < 0.002, lag
+
+
+def test_dropout_scales_survivors_and_passes_the_gradient_through_the_same_mask():
+    torch.manual_seed(0)
+    x = torch.randn(64, 33, dtype=torch.float64, requires_grad=True)  # 2,112: not a multiple of 4
+    dropout = Dropout(0.1).train()
+    y = dropout(x)
+    kept = y != 0
+    scale = 2**MASK_BITS / (2**MASK_BITS - round(0.1 * 2**MASK_BITS))
+    torch.testing.assert_close(y[kept], x[kept] * scale, rtol=0, atol=0)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, kept.double() * scale, rtol=0, atol=0)
+
+
+def test_dropout_is_unbiased():
+    torch.manual_seed(0)
+    x = torch.full((1000, 1000), 2.0)
+    assert abs(Dropout(0.3).train()(x).mean().item() - 2.0) < 0.01  # 5 sigma: 0.0065
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0])
+def test_dropout_with_p_zero_or_one_is_nn_dropout(p):
+    x = torch.randn(5, 7)
+    torch.testing.assert_close(Dropout(p).train()(x), torch.nn.Dropout(p).train()(x))
+
+
+def test_dropout_is_the_identity_in_evaluation_mode_and_keeps_the_dtype():
+    x = torch.randn(3, 4, 5, dtype=torch.bfloat16)
+    assert torch.equal(Dropout(0.5).eval()(x), x)
+    assert Dropout(0.5).train()(x).dtype == torch.bfloat16
+
+
+def test_dropout_is_reproducible_from_the_seed():
+    x = torch.randn(10, 10)
+    torch.manual_seed(3)
+    first = Dropout(0.5).train()(x)
+    torch.manual_seed(3)
+    assert torch.equal(Dropout(0.5).train()(x), first)
+
+
+def test_dropout_is_an_nn_dropout():
+    """Code that looks for nn.Dropout modules (chapter 8 lists them) still finds them."""
+    assert isinstance(Dropout(0.1), torch.nn.Dropout)
+    assert Dropout(0.1).p == 0.1
