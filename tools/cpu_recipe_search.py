@@ -27,7 +27,13 @@ from the last checkpoint, beam 4 from the average of the last 3. The third stage
 `--cooldown-stage NAME ...`, changes the best of them at equal steps again (one core each, side by
 side) and scores each run the same way. The fourth, `--thirty-minutes bpe4000-clock-fitted`, trains
 the final recipe for its 30 minutes again, on a CPU too slow for its 2,650 steps, with the cooldown
-fitted to the clock. Beam scores use the α of the run's recipe (recorded as "alpha").
+fitted to the clock. The fifth trains whole 30-minute runs with smaller batches on a slower CPU
+again (an AMD EPYC whose float32 kernels are AVX2): `--thirty-minutes bpe4000-16-bit-masks
+bpe4000-tokens2000 bpe4000-tokens1000 bpe4000-tokens1000-lr0.35 bpe4000-tokens1000-lr0.25
+bpe4000-tokens500-lr0.3 bpe4000-tokens1000-warmup800`, the recipe first, then batches of 2,000,
+1,000 and 500 tokens (a step budget that grows as the batch shrinks, fitted to the clock) at the
+recipe's rate, at lower ones, and with a longer warmup.
+Beam scores use the α of the run's recipe (recorded as "alpha").
 """
 
 import argparse
@@ -102,6 +108,27 @@ THIRTY_MINUTE_CANDIDATES = {
     # "bpe4000-cooldown-0.32" (trained before it, on the AMD EPYC) was stopped by the clock 84 steps
     # into a cooldown planned for 848.
     "bpe4000-clock-fitted": BPE4000_RECIPE,
+    # Half the batch, the same rate per step: twice the optimizer steps in the same time.
+    "bpe4000-tokens2000": [*BPE4000_RECIPE, "--max-tokens", "2000", "--max-steps", "5300"],
+    # The recipe's options again, trained since dropout draws 16-bit masks (chapter 4's Dropout).
+    "bpe4000-16-bit-masks": BPE4000_RECIPE,
+    # A quarter of the batch, the same rate per step: four times the optimizer steps.
+    "bpe4000-tokens1000": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps", "10600"],
+    # Smaller batches are noisier: the same batches at a lower rate (√2 lower).
+    "bpe4000-tokens1000-lr0.35": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps", "10600",
+                                  "--lr-factor", "0.35"],
+    "bpe4000-tokens1000-lr0.25": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps", "10600",
+                                  "--lr-factor", "0.25"],
+    # In §5.3's schedule the warmup sets the peak and the factor the rate after it: the peak of
+    # "lr0.35" with the later rates of "bpe4000-tokens1000".
+    "bpe4000-tokens1000-warmup800": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps", "10600",
+                                     "--warmup", "800"],
+    # The same peak again, and later rates √2 higher still: a rate almost flat until the cooldown.
+    "bpe4000-tokens1000-warmup1600-lr0.7": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps",
+                                            "10600", "--warmup", "1600", "--lr-factor", "0.7"],
+    # Half of that batch again, at a rate between the two best at 1,000 tokens.
+    "bpe4000-tokens500-lr0.3": [*BPE4000_RECIPE, "--max-tokens", "500", "--max-steps", "21200",
+                                "--lr-factor", "0.3"],
 }
 
 # The third stage: changes to "cooldown-0.32" (2,500 steps, the last 32% cooling down), compared at
@@ -259,10 +286,12 @@ def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) 
     val = validation_pairs(data_dir)
     paths = checkpoint_paths(run_dir / "checkpoints")
     history = json.loads((run_dir / "history.json").read_text())
+    hardware = json.loads((run_dir / "hardware.json").read_text())
     last, averaged = averaged_translator(run_dir, paths, 1), averaged_translator(run_dir, paths, 3)
     result = {
         "options": options,
-        "cpu": json.loads((run_dir / "hardware.json").read_text())["cpu"],
+        "cpu": hardware["cpu"],
+        "cpu_kernels": hardware.get("cpu_kernels"),  # machines of one name differ (AVX2, AVX-512)
         "steps": read_checkpoint(paths[-1])["step"],
         "minutes": round(history[-1]["minutes"], 1),
         "val_greedy_last": round(evaluate_bleu(last, val, beam_size=1).bleu, 2),
@@ -337,7 +366,7 @@ def main() -> int:
     if args.thirty_minutes:
         for name in args.thirty_minutes:
             result = thirty_minute_run(name, args.data_dir)  # keyed by machine too: minutes are its own
-            update_results("30-minute runs", {f"{name} on {result['cpu']}": result}, merge=True)
+            update_results("30-minute runs", {f"{name} on {machine(result)}": result}, merge=True)
         return 0
     if args.at_step:
         update_results(f"greedy at step {args.at_step}", score_at_step(args.at_step, args.data_dir))
@@ -353,6 +382,11 @@ def main() -> int:
             continue
         update_results("finished runs", {name: score(name, args.data_dir)}, merge=True)
     return 0
+
+
+def machine(result: dict) -> str:
+    """"AMD EPYC (AVX2)": the CPU's name and, where recorded, its float32 kernel family."""
+    return f"{result['cpu']} ({result['cpu_kernels']})" if result.get("cpu_kernels") else result["cpu"]
 
 
 def update_results(key: str, value: dict, merge: bool = False) -> None:
