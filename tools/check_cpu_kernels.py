@@ -23,10 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CAPABILITIES = ("default", "avx2", "avx512")
 
 
-def capability_in_use(requested: str) -> str:
-    """The kernel family torch really uses when `requested` is asked for (it falls back to what the
-    CPU supports), as torch names it: DEFAULT, AVX2, AVX512."""
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": requested}
+def capability_in_use(requested: str | None) -> str:
+    """The kernel family torch uses when `requested` is asked for (None: what torch picks by itself
+    from the CPU's feature flags), as torch names it: DEFAULT, AVX2, AVX512."""
+    env = {key: value for key, value in os.environ.items() if key != "ATEN_CPU_CAPABILITY"}
+    if requested is not None:
+        env["ATEN_CPU_CAPABILITY"] = requested
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     result = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
@@ -35,8 +37,11 @@ def capability_in_use(requested: str) -> str:
 
 
 def available_capabilities() -> list[str]:
-    """The families this CPU can run: those that torch does not replace by another."""
-    return [name for name in CAPABILITIES if capability_in_use(name).lower() == name]
+    """`default` and every family up to the one torch picks by itself. The CPU's flags decide: torch
+    obeys ATEN_CPU_CAPABILITY without checking the CPU (it reports AVX512 when asked on a CPU without
+    AVX-512, whose first AVX-512 instruction would then kill the process)."""
+    native = capability_in_use(None).lower()
+    return list(CAPABILITIES[: CAPABILITIES.index(native) + 1]) if native in CAPABILITIES else ["default"]
 
 
 def checks(nbval: bool, unit: bool) -> list[tuple[str, list[str], dict[str, str]]]:
