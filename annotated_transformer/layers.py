@@ -6,7 +6,7 @@ positional encodings."""
 
 # %% auto #0
 __all__ = ['MASK_BITS', 'PositionwiseFeedForward', 'check_token_dtype', 'check_token_ids', 'Embeddings', 'Generator',
-           'sinusoidal_table', 'dropout_keep_mask', 'Dropout', 'check_length', 'PositionalEncoding',
+           'sinusoidal_table', 'dropped_values', 'dropout_keep_mask', 'Dropout', 'check_length', 'PositionalEncoding',
            'LearnedPositionalEmbedding']
 
 # %% ../book/04_layers.ipynb #27d3815b
@@ -114,6 +114,11 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
 MASK_BITS = 16  # random bits per dropout mask entry: P_drop is rounded to a multiple of 2^-16
 
 
+def dropped_values(p: float) -> int:
+    """How many of the 2^16 values a mask entry can take mean "drop": round(p · 2^16)."""
+    return round(p * 2**MASK_BITS)
+
+
 def dropout_keep_mask(shape: torch.Size, p: float) -> Tensor:
     """A bool mask of `shape`, True (keep) with probability 1 - round(p · 2^16) / 2^16: 16 random
     bits per entry, four entries to each 64-bit number of the CPU generator."""
@@ -121,8 +126,7 @@ def dropout_keep_mask(shape: torch.Size, p: float) -> Tensor:
     words = torch.empty(-(-count // 4), dtype=torch.int64)
     words.random_(torch.iinfo(torch.int64).min, None)  # all 64 bits random
     bits = words.view(torch.int16)[:count].view(shape)  # each uniform on the 65,536 int16 values
-    dropped = round(p * 2**MASK_BITS)  # how many of the 65,536 values mean "drop"
-    return bits >= torch.iinfo(torch.int16).min + dropped
+    return bits >= torch.iinfo(torch.int16).min + dropped_values(p)
 
 
 class Dropout(nn.Dropout):
@@ -136,8 +140,7 @@ class Dropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or x.device.type != "cpu" or self.p in (0.0, 1.0):
             return super().forward(x)
-        dropped = round(self.p * 2**MASK_BITS)
-        scale = 2**MASK_BITS / (2**MASK_BITS - dropped)  # 1 / (1 - P), P the rounded probability
+        scale = 2**MASK_BITS / (2**MASK_BITS - dropped_values(self.p))  # 1 / (1 - P), P rounded
         return x * dropout_keep_mask(x.shape, self.p).to(x.dtype).mul_(scale)
 
 # %% ../book/04_layers.ipynb #55350cce

@@ -15,6 +15,7 @@ from annotated_transformer.layers import (
     PositionalEncoding,
     PositionwiseFeedForward,
     dropout_keep_mask,
+    dropped_values,
     sinusoidal_table,
 )
 
@@ -158,6 +159,10 @@ def test_positional_dropout_is_active_only_in_train_mode(module):
 
 
 # --- §5.4 dropout with 16-bit masks ------------------------------------------------------------
+
+
+def test_dropped_values_rounds_p_to_a_multiple_of_two_to_the_minus_16():
+    assert [dropped_values(p) for p in (0.0, 0.1, 0.5, 1.0)] == [0, 6554, 32768, 65536]
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
