@@ -25,3 +25,30 @@ def test_mfu_uses_the_named_peak():
 
     assert gpu_training.peak_tflops(torch.device("cpu"), "bf16", None) is None
     assert gpu_training.peak_tflops(torch.device("cpu"), "bf16", 100.0) == 100.0
+
+
+def test_the_dropout_benchmark_times_every_variant(capsys):
+    import dropout_share
+
+    (result,) = dropout_share.main(["--max-tokens", "200", "--pairs", "20", "--rounds", "1"])
+    assert set(result["step_s"]) == set(dropout_share.VARIANTS)
+    assert all(t > 0 for t in result["step_s"].values())
+    assert all(share < 1 for share in result["share"].values())
+    assert "dropout's share" in capsys.readouterr().out
+
+
+def test_the_dropout_benchmark_replaces_every_positive_dropout():
+    import dropout_share
+    from torch import nn
+
+    from annotated_transformer.layers import Dropout
+    from annotated_transformer.model import TransformerConfig, make_model
+
+    config = TransformerConfig(
+        src_vocab_size=20, tgt_vocab_size=20, n_layers=1, d_model=16, d_ff=32, n_heads=2
+    )
+    model = dropout_share.with_dropouts(make_model(config), "nn.Dropout")
+    dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout) and m.p > 0]
+    assert dropouts and not any(isinstance(m, Dropout) for m in dropouts)
+    model = dropout_share.with_dropouts(model, "no dropout")
+    assert not any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules())
