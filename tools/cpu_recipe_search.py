@@ -30,9 +30,11 @@ the final recipe for its 30 minutes again, on a CPU too slow for its 2,650 steps
 fitted to the clock. The fifth trains whole 30-minute runs with smaller batches on a slower CPU
 again (an AMD EPYC whose float32 kernels are AVX2): `--thirty-minutes bpe4000-16-bit-masks
 bpe4000-tokens2000 bpe4000-tokens1000 bpe4000-tokens1000-lr0.35 bpe4000-tokens1000-lr0.25
-bpe4000-tokens500-lr0.3 bpe4000-tokens1000-warmup800`, the recipe first, then batches of 2,000,
-1,000 and 500 tokens (a step budget that grows as the batch shrinks, fitted to the clock) at the
-recipe's rate, at lower ones, and with a longer warmup.
+bpe4000-tokens500-lr0.3 bpe4000-tokens1000-warmup800 bpe4000-tokens1000-warmup1600-lr0.7
+bpe4000-tokens1000-warmup2400-lr0.85 bpe4000-tokens1000-warmup3200-lr1.0
+bpe4000-tokens1000-warmup4000-lr1.0`, the recipe first, then
+batches of 2,000, 1,000 and 500 tokens (a step budget that grows as the batch shrinks, fitted to
+the clock) at the recipe's rate, at lower ones, and with longer warmups that keep one peak.
 Beam scores use the α of the run's recipe (recorded as "alpha").
 """
 
@@ -126,6 +128,17 @@ THIRTY_MINUTE_CANDIDATES = {
     # The same peak again, and later rates √2 higher still: a rate almost flat until the cooldown.
     "bpe4000-tokens1000-warmup1600-lr0.7": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps",
                                             "10600", "--warmup", "1600", "--lr-factor", "0.7"],
+    # Further along the line of the last two: the same peak again, reached later, and a rate after
+    # it flatter still until the cooldown.
+    "bpe4000-tokens1000-warmup2400-lr0.85": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps",
+                                             "10600", "--warmup", "2400", "--lr-factor", "0.85"],
+    # The same peak reached at the start of the cooldown: a rate that rises, then falls to zero.
+    "bpe4000-tokens1000-warmup3200-lr1.0": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps",
+                                            "10600", "--warmup", "3200", "--lr-factor", "1.0"],
+    # §5.3's schedule as the paper gives it (warmup 4,000, factor 1.0): a peak a tenth lower, which
+    # a two-core EPYC reaches only as its cooldown begins.
+    "bpe4000-tokens1000-warmup4000-lr1.0": [*BPE4000_RECIPE, "--max-tokens", "1000", "--max-steps",
+                                            "10600", "--warmup", "4000", "--lr-factor", "1.0"],
     # Half of that batch again, at a rate between the two best at 1,000 tokens.
     "bpe4000-tokens500-lr0.3": [*BPE4000_RECIPE, "--max-tokens", "500", "--max-steps", "21200",
                                 "--lr-factor", "0.3"],
@@ -314,7 +327,7 @@ def tune_decoding(run_dir: Path, data_dir: str | None) -> dict:
     scores = {}
     for k in (k for k in (1, 3, 5, 10) if k <= len(paths)):  # a run keeps its last `average_last`
         translator = averaged_translator(run_dir, paths, k)
-        for alpha in (0.6, 1.0):
+        for alpha in (0.6, 1.0, 1.4, 1.8):
             translator.alpha = alpha
             scores[f"average {k}, alpha {alpha}"] = round(evaluate_bleu(translator, val, beam_size=4).bleu, 2)
             print(
