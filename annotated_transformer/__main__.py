@@ -145,6 +145,8 @@ RECIPE_HELP = {
     "vocab_size": "subword vocabulary size, the 4 special tokens included (§5.1: about 37000)",
     "min_freq": "a word or subword merge must occur this often in the training data to be kept",
     "n_layers": "N, layers of the encoder and of the decoder (§3.1)",
+    "decoder_layers": "layers of the decoder, if not N (not in the paper: a deep encoder and a shallow "
+                      "decoder)",
     "d_model": "d_model, the width of the model (§3)",
     "d_ff": "d_ff, the inner width of the feed-forward layers (§3.3)",
     "n_heads": "h, attention heads (§3.2.2)",

@@ -265,6 +265,18 @@ def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
     assert (recipe.positional, recipe.norm_position, recipe.warmup_ramp) == ("learned", "pre", False)
 
 
+def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
+    from annotated_transformer.__main__ import build_parser, recipe_from_args
+    from annotated_transformer.tokenization import build_vocabularies
+
+    recipe = recipe_from_args(build_parser().parse_args(["train", "--layers", "4", "--decoder-layers", "1"]))
+    pairs = [("ein Hund", "a dog"), ("eine Katze", "a cat")]
+    config = recipe.model_config(build_vocabularies(pairs, kind="word", min_freq=1))
+    assert (config.n_layers, config.decoder_layers) == (4, 1)
+    message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--decoder-layers", "0")
+    assert "--decoder-layers" in message and "got 0" in message
+
+
 def test_bad_values_of_new_fields_name_the_option(tmp_path, capsys):
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-k", "0")
     assert "--d-k must be a positive integer or None, got 0" in message

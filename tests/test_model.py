@@ -2,6 +2,7 @@
 model's masking guarantees, configuration checks, determinism and parameter counts (Table 3)."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ from annotated_transformer.model import (
     EncoderLayer,
     TransformerConfig,
     config_parameter_count,
+    config_sha256,
     count_parameters,
     make_model,
 )
@@ -534,12 +536,38 @@ def test_train_mode_forward_is_reproducible_given_a_seed(fused):
         {"positional": "learned"},
         {"norm_position": "pre"},
         {"norm_position": "pre", "positional": "learned", "share_embeddings": False, "n_layers": 3},
+        {"n_layers": 3, "n_decoder_layers": 1},
     ],
-    ids=["small", "N=1", "N=3", "d_k!=d_v", "h=2", "unshared", "learned", "pre_ln", "mixed"],
+    ids=["small", "N=1", "N=3", "d_k!=d_v", "h=2", "unshared", "learned", "pre_ln", "mixed", "3-1"],
 )
 def test_count_parameters_matches_the_formula(overrides):
     config = small_config(**overrides)
     assert count_parameters(make_model(config)) == config_parameter_count(config)
+
+
+def test_a_decoder_of_its_own_depth_decodes_with_a_cache_as_without():
+    """n_decoder_layers (not in the paper): 3 encoder layers, 1 decoder layer, one cache entry per
+    decoder layer, and the cached step gives the logits of the full pass."""
+    torch.manual_seed(0)
+    model = make_model(small_config(n_layers=3, n_decoder_layers=1)).eval()
+    assert (len(model.encoder.layers), len(model.decoder.layers)) == (3, 1)
+    src, tgt = torch.randint(4, 23, (2, 7)), torch.randint(4, 23, (2, 5))
+    memory = model.encode(src, None)
+    cache = model.init_cache()
+    assert len(cache.self_attn) == 1
+    for t in range(1, tgt.size(1) + 1):
+        cached = model.decode_step(memory, None, tgt[:, :t], cache)
+    torch.testing.assert_close(cached, model.decode_step(memory, None, tgt))
+
+
+def test_a_later_field_at_its_default_leaves_the_fingerprint_as_it_was():
+    """Checkpoints saved before n_decoder_layers existed keep their config_sha256."""
+    config = small_config()
+    before = {k: v for k, v in dataclasses.asdict(config).items() if k != "n_decoder_layers"}
+    assert config_sha256(config) == config_sha256(before)
+    assert config_sha256(dataclasses.replace(config, n_decoder_layers=1)) != config_sha256(config)
+    with pytest.raises(ValueError, match="n_decoder_layers"):
+        small_config(n_decoder_layers=0)
 
 
 def test_count_parameters_counts_tied_weights_once():

@@ -1,11 +1,16 @@
-"""The recipe search's helpers (tools/cpu_recipe_search.py): what it counts as a run-on translation."""
+"""The recipe searches' helpers (tools/cpu_recipe_search.py, tools/gpu_recipe_search.py): what counts as a
+run-on translation, and how many steps a candidate gets."""
 
+import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 import cpu_recipe_search
+import gpu_recipe_search
+
+from annotated_transformer.__main__ import add_recipe_options
 
 
 def test_a_translation_runs_on_past_twice_its_reference_and_five_words():
@@ -14,3 +19,20 @@ def test_a_translation_runs_on_past_twice_its_reference_and_five_words():
     assert not cpu_recipe_search.is_run_on(" ".join(["word"] * 17), reference)
     assert cpu_recipe_search.is_run_on(" ".join(["word"] * 18), reference)
 
+
+
+def test_the_gpu_search_gives_each_candidate_the_steps_of_its_cpu_time():
+    """A candidate twice as dear per CPU step gets half the recipe's steps (to the nearest 100);
+    every candidate is a valid `train` option list with a measured cost where it changes the shape."""
+    search = gpu_recipe_search
+    costs = search.CPU_MINUTES_PER_100_STEPS
+    assert search.steps_for("recipe-seed1", 4900) == 4900
+    for name in search.SHAPE:
+        expected = round(4900 * costs["recipe"] / costs[name] / 100) * 100
+        assert search.steps_for(name, 4900) == expected
+    cheaper = min(search.SHAPE, key=costs.get)
+    assert search.steps_for(cheaper, 4900) > 4900
+    parser = argparse.ArgumentParser()
+    add_recipe_options(parser)
+    for options in search.CANDIDATES.values():
+        parser.parse_args(options)

@@ -41,6 +41,9 @@ the clock) at the recipe's rate, at lower ones, and with longer warmups that kee
 The sixth changes today's recipe once more, on the same machine: `--thirty-minutes
 bpe4000-tokens1000-warmup3200-lr1.3 bpe4000-tokens1000-warmup3200-lr1.0-p0.0
 bpe4000-tokens1000-warmup3200-lr1.0-p0.2`, a higher peak rate, no dropout and more dropout.
+The seventh confirms on the CPU what `tools/gpu_recipe_search.py` found on a GPU at the steps of
+30 CPU minutes: `--thirty-minutes bpe4000-tokens1000-warmup3200-lr1.0-L2`, two layers instead of
+three.
 Beam scores use the α of the run's recipe (recorded as "alpha").
 """
 
@@ -158,6 +161,9 @@ THIRTY_MINUTE_CANDIDATES = {
     # training sentences far better than the validation ones (cross-entropy 0.97 against 1.58):
     # more dropout, as the paper's big model has (Table 3).
     "bpe4000-tokens1000-warmup3200-lr1.0-p0.2": [*WARMUP3200_RECIPE, "--dropout", "0.2"],
+    # The seventh stage: the best of tools/gpu_recipe_search.py (changes to the recipe at the steps
+    # their 30 CPU minutes reach, on a GPU): two layers instead of three.
+    "bpe4000-tokens1000-warmup3200-lr1.0-L2": [*WARMUP3200_RECIPE, "--layers", "2"],
     # Half of that batch again, at a rate between the two best at 1,000 tokens.
     "bpe4000-tokens500-lr0.3": [*BPE4000_RECIPE, "--max-tokens", "500", "--max-steps", "21200",
                                 "--lr-factor", "0.3"],
