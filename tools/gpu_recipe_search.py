@@ -1,7 +1,7 @@
 """Changes to the `multi30k` recipe compared on one GPU at the budget of a 30-minute run on two CPU
 cores, scored on the validation set only (never on a test set). Chapter 13's search, on a GPU.
 
-    python tools/gpu_recipe_search.py --data-dir DIR --base-steps 4900 --out results.json
+    python tools/gpu_recipe_search.py --data-dir DIR --base-steps 5000
     python tools/gpu_recipe_search.py --data-dir DIR --device cpu --base-steps 20 --limit 20 \
         --runs recipe enc5-dec1 --run-root /tmp/smoke --out /tmp/smoke.json   # a smoke test (minutes)
 
@@ -12,7 +12,7 @@ a candidate with another model shape gets `--base-steps` × (the recipe's CPU ti
 own), from `CPU_MINUTES_PER_100_STEPS` (measured on the CPU that confirms the winner). The cooldown
 of every run then ends at its last step, as a 30-minute CPU run's cooldown, fitted to the clock,
 ends when the time does. Every run is float32 (TF32 matrix products on the GPU), one CPU thread,
-all side by side on the one GPU; then each is scored on the 1,014 validation sentences with beam 4
+`--parallel` side by side on the one GPU; then each is scored on the 1,014 validation sentences with beam 4
 (the recipe's α) from the average of its last 3 checkpoints (model.pt), and greedily from the same.
 
 The winner is not the recipe until a whole 30-minute run on the CPU confirms it on the validation
@@ -50,8 +50,11 @@ CPU_MINUTES_PER_100_STEPS = {
     "v6000": round(0.547 * 0.692 / 0.561, 3),
 }
 
-# name: options added to `train --config multi30k` (the recipe: BPE 4,000, 3 layers, d_model 256,
-# d_ff 512, 4 heads, dropout 0.1, batches of 1,000 tokens, warmup 3,200, cooldown 32%).
+# The recipe this search changed: `--config multi30k` as it was then (BPE 4,000, 3 layers, d_model
+# 256, d_ff 512, 4 heads, dropout 0.1, batches of 1,000 tokens, warmup 3,200, cooldown 32%). The
+# search chose 2 layers, so the recipe's depth is given here; a candidate's options come after it.
+BASE = ["--config", "multi30k", "--layers", "3"]
+# name: the options each candidate adds (a flag given again overrides the base's).
 CANDIDATES = {
     "recipe": [],
     # Run-to-run noise: the recipe with other seeds (initialization, batch order, dropout).
@@ -87,7 +90,7 @@ def steps_for(name: str, base_steps: int) -> int:
 
 def command(name: str, run_dir: Path, steps: int, args: argparse.Namespace) -> list[str]:
     return [
-        sys.executable, "-m", "annotated_transformer", "train", "--config", "multi30k",
+        sys.executable, "-m", "annotated_transformer", "train", *BASE,
         "--run-dir", str(run_dir), *CANDIDATES[name], "--max-steps", str(steps),
         "--max-minutes", "inf", "--precision", "fp32", "--device", args.device,
         "--data-dir", args.data_dir, "--no-download", "--quiet",
