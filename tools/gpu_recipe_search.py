@@ -27,7 +27,10 @@ import sys
 import time
 from pathlib import Path
 
+from annotated_transformer.tokenization import atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # one CPU thread per run: many runs share the machine
 
 # Minutes per 100 steps on two cores of an AMD EPYC (AVX2 kernels, torch 2.13.0+cpu), `train --config
 # multi30k --max-steps 300` with the candidate's options, steps 100 to 300, one run after another.
@@ -78,13 +81,13 @@ CANDIDATES = {
     # the validation ones.
     "ls0.2": ["--label-smoothing", "0.2"],
 }
-# The candidates whose step costs on the CPU differ from the recipe's (the others cost the same).
-SHAPE = {name: name for name in CPU_MINUTES_PER_100_STEPS if name != "recipe"}
 
 
 def steps_for(name: str, base_steps: int) -> int:
-    """Optimizer steps of candidate `name`: what its 30 CPU minutes reach, to the nearest 100."""
-    ratio = CPU_MINUTES_PER_100_STEPS["recipe"] / CPU_MINUTES_PER_100_STEPS[SHAPE.get(name, "recipe")]
+    """Optimizer steps of candidate `name`: what its 30 CPU minutes reach, to the nearest 100. A
+    candidate without a cost of its own costs what the recipe does."""
+    costs = CPU_MINUTES_PER_100_STEPS
+    ratio = costs["recipe"] / costs.get(name, costs["recipe"])
     return max(1, round(base_steps * ratio / 100) * 100) if base_steps >= 100 else base_steps
 
 
@@ -99,16 +102,16 @@ def command(name: str, run_dir: Path, steps: int, args: argparse.Namespace) -> l
 
 def evaluate(run_dir: Path, beam_size: int, args: argparse.Namespace) -> subprocess.Popen:
     out = run_dir / f"val_beam{beam_size}.json"
-    return subprocess.Popen(
-        [sys.executable, "-m", "annotated_transformer", "evaluate", str(run_dir), "--split", "val",
-         "--beam-size", str(beam_size), "--device", args.device, "--data-dir", args.data_dir,
-         "--no-download", "--output", str(out), *(["--limit", str(args.limit)] if args.limit else [])],
-        cwd=ROOT, stdout=open(run_dir.parent / f"{run_dir.name}.eval{beam_size}.log", "w"),
-        stderr=subprocess.STDOUT, env=ENV,
-    )
+    argv = [sys.executable, "-m", "annotated_transformer", "evaluate", str(run_dir), "--split", "val",
+            "--beam-size", str(beam_size), "--device", args.device, "--data-dir", args.data_dir,
+            "--no-download", "--output", str(out), *(["--limit", str(args.limit)] if args.limit else [])]
+    return spawn(argv, run_dir.parent / f"{run_dir.name}.eval{beam_size}.log")
 
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+def spawn(command: list[str], log_path: Path) -> subprocess.Popen:
+    """`command` in a child process, one CPU thread, its output in `log_path`."""
+    with open(log_path, "w") as log:  # the child keeps its own copy of the file
+        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=ENV)
 
 
 def wait_all(processes: dict, deadline: float) -> dict:
@@ -132,9 +135,8 @@ def train_and_score(args: argparse.Namespace, steps: dict[str, int]) -> tuple[di
     while (waiting or training) and time.monotonic() < start + 60 * args.train_minutes:
         while waiting and len(training) < args.parallel:
             name = waiting.pop(0)
-            log = open(args.run_root / f"{name}.log", "w")
-            training[name] = subprocess.Popen(command(name, args.run_root / name, steps[name], args),
-                                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=ENV)
+            training[name] = spawn(command(name, args.run_root / name, steps[name], args),
+                                   args.run_root / f"{name}.log")
         time.sleep(2)
         for name, process in list(training.items()):
             if process.poll() is not None:
@@ -172,9 +174,7 @@ def main() -> int:
     results = {name: run_result(name, args.run_root / name, steps[name], status[name]) for name in args.runs}
     report = {"base_steps": args.base_steps, "device": device_name(args.device), "parallel": args.parallel,
               "train_minutes": train_minutes, "runs": results}
-    temporary = args.out.with_suffix(".tmp")
-    temporary.write_text(json.dumps(report, indent=1) + "\n")
-    temporary.replace(args.out)
+    atomic_write_text(args.out, json.dumps(report, indent=1) + "\n")
     return 0
 
 
