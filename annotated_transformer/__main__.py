@@ -118,6 +118,7 @@ def on_the_way(place: Path, target: Path) -> bool:
 CONFIGURATIONS = {
     "builtin": "the corpus the package generates (chapter 11), offline; a small model that trains on a CPU",
     "multi30k": "Multi30k German→English, downloaded once (chapter 11): chapter 13's recipe for a CPU",
+    "multi30k-gpu": "Multi30k German→English on one GPU: chapter 19's recipe",
     "base": "the paper's base model (Table 3) with its batches and steps (§5.1-§5.3), on Multi30k; GPUs",
     "big": "the paper's big model (Table 3), dropout 0.3, the last 20 checkpoints averaged; GPUs",
 }

@@ -134,11 +134,14 @@ class Dropout(nn.Dropout):
 
     In training mode on a CPU, each component is kept with probability 1 - P (P = `p` rounded to
     a multiple of 2^-16) by `dropout_keep_mask`, and survivors are scaled by 1 / (1 - P). On other
-    devices, in evaluation mode and with p = 0 or 1, it is `nn.Dropout`.
+    devices, in evaluation mode, with p = 0 or 1, and under `torch.compile` (which generates its
+    own masks inside the compiled graph, where the CPU mask would break the graph) it is
+    `nn.Dropout`.
     """
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or x.device.type != "cpu" or self.p in (0.0, 1.0):
+        plain = not self.training or x.device.type != "cpu" or self.p in (0.0, 1.0)
+        if plain or torch.compiler.is_compiling():
             return super().forward(x)
         scale = 2**MASK_BITS / (2**MASK_BITS - dropped_values(self.p))  # 1 / (1 - P), P rounded
         return x * dropout_keep_mask(x.shape, self.p).to(x.dtype).mul_(scale)

@@ -375,7 +375,9 @@ class Trainer:
             if tokens == 0:
                 raise ValueError("empty batch: the micro-batches hold no target tokens (only padding)")
             return tokens
-        total = torch.tensor(float(tokens), device=self.device)
+        # Filled on the device (a kernel with the count as its argument): torch.tensor(tokens,
+        # device=...) would copy from host memory that is not pinned, and the host would wait for it.
+        total = torch.full((), float(tokens), device=self.device)
         torch.distributed.all_reduce(total)
         return total
 

@@ -8,8 +8,9 @@ sacreBLEU, with the attention of every layer and head drawn as in the paper's Fi
 __all__ = ['COUNT_FIELDS', 'TYPE_NAMES', 'RECIPES', 'RESUMABLE_FIELDS', 'VOCABULARY_FIELDS', 'RUN_INFO', 'UNREADABLE_SHARE',
            'Recipe', 'get_recipe', 'TrainingRun', 'describe_hardware', 'check_device', 'run_work', 'peek_extra',
            'recorded', 'settle_recipe', 'load_vocabularies', 'run_fingerprint', 'read_run_info', 'run_data_dir',
-           'train_translation', 'ClockFit', 'RunHistory', 'finish_run', 'InputWarning', 'TranslationInfo',
-           'input_warning', 'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'attention_maps', 'plot_attention']
+           'train_translation', 'ClockFit', 'RunHistory', 'ValidationLog', 'finish_run', 'InputWarning',
+           'TranslationInfo', 'input_warning', 'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'Validator',
+           'attention_maps', 'plot_attention']
 
 # %% ../book/13_translation.ipynb #f9e40f8a
 import contextlib
@@ -38,11 +39,11 @@ from .decoding import greedy_decode
 from .model import Transformer, TransformerConfig, config_sha256, make_model
 from .multi_head_attention import head_dims
 from .tokenization import SPECIALS, Vocabularies, VocabularyError, VocabKind
-from .tokenization import build_vocabularies
+from .tokenization import build_vocabularies, encode_pairs
 from .tokenization import cached_encode_pairs, token_batches, atomic_write_text
 from .training import StepStats, Trainer, TrainConfig, checkpoint_paths, default_device
 from .training import CheckpointError, read_checkpoint, save_checkpoint
-from .training import remove_stale_temporaries, resume_newest
+from .training import remove_stale_temporaries, resume_newest, evaluate
 
 # %% ../book/13_translation.ipynb #e29acd6b
 @dataclass(frozen=True)
@@ -230,6 +231,29 @@ RECIPES: dict[str, Recipe] = {
         average_last=3,
         alpha=1.4,  # §6.1 chose α = 0.6 on its development set; this recipe's validation set prefers 1.4
         max_minutes=30.0,
+    ),
+    # Multi30k on one GPU in five minutes: the model, batches, regularization and decoding chosen on
+    # the validation set from candidates trained side by side on one GPU for the same minutes
+    # (chapter 19). Larger and more regularized than the CPU recipe: a GPU trains it for ~100 epochs.
+    "multi30k-gpu": Recipe(
+        name="multi30k-gpu",
+        corpus="multi30k",
+        vocab="bpe",
+        vocab_size=4000,
+        n_layers=4,
+        d_model=256,
+        d_ff=1024,
+        n_heads=4,
+        dropout=0.3,
+        max_tokens=6000,
+        max_steps=40_000,  # an upper bound: max_minutes ends the run, its cooldown fitted to the clock
+        warmup=2000,
+        lr_factor=1.0,
+        cooldown=0.32,
+        checkpoint_every=200,
+        average_last=5,
+        alpha=1.0,
+        max_minutes=5.0,
     ),
     # The paper's base and big models (Table 3) with its batches of ~25000 tokens and its schedule.
     "base": Recipe(
@@ -568,13 +592,16 @@ def train_translation(
     progress: bool = True,
     rank: int = 0,
     world_size: int = 1,
+    validator: "Validator | None" = None,
 ) -> TrainingRun:
     """Train a translation model with `recipe` in `run_dir`, resuming from its newest checkpoint.
 
     Writes `recipe.json`, `run.json` (the data folder, when `corpus_options` names one),
     `vocab.json`, `cache/`, `hardware.json`, `checkpoints/step_*.pt` (each with `run_fingerprint`),
     `history.json` and, at the end, `model.pt`: the average of the last `recipe.average_last`
-    checkpoints (§6.1). The device is checked before anything is written.
+    checkpoints (§6.1). With a `validator` (below), rank 0 also scores the model on held-out
+    sentences every `validator.every` steps and at the end, into `validation.json`; that time is
+    not counted as training time. The device is checked before anything is written.
     """
     device = check_device(device)
     run_dir, write, corpus_options = Path(run_dir), rank == 0, corpus_options or {}
@@ -595,7 +622,8 @@ def train_translation(
     resumed = _resume(trainer, run_dir, vocabs, write)
     ClockFit(trainer, recipe, write).restore(resumed)
     history = RunHistory(run_dir / "history.json", trainer.step, write, resumed.get("minutes", 0.0))
-    stopped = _train(trainer, recipe, history, epoch_batches, world_size)
+    validation = ValidationLog(validator, run_dir, trainer, vocabs, history) if validator and write else None
+    stopped = _train(trainer, recipe, history, epoch_batches, world_size, validation)
     history.save()
     model = finish_run(run_dir, recipe, trainer.model, write, extra=trainer.checkpoint_extra)
     fitted = trainer.checkpoint_extra.get(ClockFit.KEY, {}).get("last_step")
@@ -682,10 +710,13 @@ class ClockFit:
             self.apply(min(int(saved["last_step"]), self.recipe.max_steps))
 
 
-def _train(trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batches, world_size: int) -> bool:
+def _train(
+    trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batches, world_size: int,
+    validation: "ValidationLog | None" = None,
+) -> bool:
     """Train to `recipe.max_steps` or until `recipe.max_minutes`, whichever comes first (a cooldown
     fitted to the clock: `ClockFit`), and write a checkpoint at the end; True when the time limit
-    ended training."""
+    ended training. `validation` scores the model at its steps and at the end."""
     clock_fit = ClockFit(trainer, recipe, trainer.is_main)
 
     def out_of_time() -> bool:
@@ -697,6 +728,8 @@ def _train(trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batche
 
     def on_step(step: int) -> bool:  # the host's clock only: the step need not have finished
         history.step_done(step)
+        if validation is not None and step % validation.every == 0:
+            validation.score()  # waits for the device, as a log point does
         if world_size > 1:
             return False
         minutes = history.minutes()
@@ -727,6 +760,8 @@ def _train(trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batche
         if trainer.step % recipe.checkpoint_every:
             trainer.checkpoint_extra["minutes"] = history.minutes()
             trainer.save_checkpoint()
+    if validation is not None:
+        validation.score()  # the model as training left it (once only, if this step was scored)
     return stopped
 
 
@@ -773,6 +808,10 @@ class RunHistory:
     def step_done(self, step: int) -> None:
         self.step_minutes[step] = self.minutes()
 
+    def leave_out(self, seconds: float) -> None:
+        """Do not count the last `seconds` as training time (the validation's, say)."""
+        self.started += seconds
+
     def add(self, records: Sequence[StepStats]) -> None:
         for r in records:
             minutes = self.step_minutes.pop(r.step, self.minutes())
@@ -787,6 +826,30 @@ class RunHistory:
 def _is_record(record: Any) -> bool:
     return (isinstance(record, dict) and isinstance(record.get("step"), int)
             and isinstance(record.get("minutes"), int | float))
+
+
+class ValidationLog:
+    """A run's `validation.json`: what a `Validator` said of the model at its steps, each record
+    with the step and the minutes of training so far. Like `history.json`, it is carried across
+    resumed sessions (records after the resumed step are dropped), and the validator's own time
+    is left out of the run's minutes, so that a time limit buys the same training with or without
+    it."""
+
+    def __init__(self, validator: "Validator", run_dir: Path, trainer: Trainer, vocabs: Vocabularies,
+                 history: RunHistory) -> None:
+        self.validator, self.trainer, self.vocabs, self.history = validator, trainer, vocabs, history
+        self.every = validator.every
+        self.log = RunHistory(run_dir / "validation.json", trainer.step)
+
+    def score(self) -> None:
+        step = self.trainer.step
+        if self.log.records and self.log.records[-1]["step"] == step:
+            return
+        started = time.perf_counter()
+        scores = self.validator(self.trainer.model, self.vocabs)
+        self.history.leave_out(time.perf_counter() - started)
+        self.log.records.append({"step": step, "minutes": self.history.minutes(), **scores})
+        self.log.save()
 
 
 def finish_run(
@@ -1063,6 +1126,37 @@ def evaluate_bleu(
         references,
         sources,
     )
+
+# %% ../book/13_translation.ipynb #b7ab00aa
+class Validator:
+    """Held-out scores of a model while it trains, for `train_translation(validator=...)`: the
+    cross-entropy per target token under teacher forcing (`val_nll`) and, with `with_bleu`, the
+    BLEU of greedy decoding (`val_bleu_greedy`) on `pairs`, every `every` steps and at the end.
+    The sentences are encoded with the run's vocabularies at the first call."""
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], every: int, with_bleu: bool = True,
+                 batch_tokens: int = 4000) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a whole number of steps, at least 1, got {every!r}")
+        if len(pairs) == 0:
+            raise ValueError("a Validator needs at least one sentence pair")
+        self.pairs, self.every, self.with_bleu, self.batch_tokens = list(pairs), every, with_bleu, batch_tokens
+        self._batches: list | None = None
+
+    def __call__(self, model: Transformer, vocabs: Vocabularies) -> dict[str, float]:
+        if self._batches is None:
+            encoded = encode_pairs(self.pairs, vocabs)
+            self._batches = list(token_batches(encoded, self.batch_tokens, shuffle=False)(0))
+        scores = {"val_nll": evaluate(model, self._batches)["nll"]}
+        if self.with_bleu:
+            was_training = model.training
+            translator = Translator(model, vocabs, next(model.parameters()).device, beam_size=1)
+            with warnings.catch_warnings():  # unreadable sentences are the data's, said elsewhere
+                warnings.simplefilter("ignore", InputWarning)
+                hypotheses = translator.translate([source for source, _ in self.pairs])
+            model.train(was_training)
+            scores["val_bleu_greedy"] = bleu(hypotheses, [target for _, target in self.pairs])[0].score
+        return scores
 
 # %% ../book/13_translation.ipynb #72872a19
 @torch.no_grad()

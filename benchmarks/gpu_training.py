@@ -3,6 +3,8 @@ compiled, in float32 (TF32 matrix products) and bfloat16; and a translation reci
 book's own Trainer on Multi30k, eager and compiled.
 
     python benchmarks/gpu_training.py --data-dir DIR     # on a CUDA GPU: both tables (minutes)
+    python benchmarks/gpu_training.py --data-dir DIR --out bench.json --minutes 3
+                                                         # the rows that fit in 3 minutes, as JSON
     python benchmarks/gpu_training.py --only recipe --device cpu --recipe-steps 40
                                                          # the recipe rows on the CPU
     python benchmarks/gpu_training.py --tiny --device cpu --compile-backend eager
@@ -25,9 +27,16 @@ H200 989 TFLOP/s bf16 and 495 TFLOP/s TF32 (pass `--peak-tflops` for another dev
 pinned memory and non-blocking copies on a GPU), statistics read once at the end: optimizer steps
 per second and real (non-padding) target tokens per second. The first step, which compiles, is
 timed apart: "compile" is its time minus a steady step's.
+
+Rows run in order of interest: bf16 first (the precision a GPU trains in), then the recipes, then
+float32; with `--minutes`, a row that would start after that time is left out, and `--out` is
+rewritten after every row, so that a run stopped early keeps the rows it finished.
 """
 
 import argparse
+import dataclasses
+import datetime
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -44,7 +53,12 @@ from annotated_transformer.data import corpus
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.optimizer import make_optimizer
 from annotated_transformer.regularization import LabelSmoothingLoss
-from annotated_transformer.tokenization import build_vocabularies, encode_pairs, token_batches
+from annotated_transformer.tokenization import (
+    atomic_write_text,
+    build_vocabularies,
+    encode_pairs,
+    token_batches,
+)
 from annotated_transformer.training import TrainConfig, Trainer, autocast_context, compile_forward_loss
 from annotated_transformer.translation import get_recipe
 
@@ -159,39 +173,31 @@ def time_base_model(
     }
 
 
-def base_model_table(args, device: torch.device) -> list[dict]:
+def base_config(args) -> TransformerConfig:
     if args.tiny:
-        config = TransformerConfig(
+        return TransformerConfig(
             src_vocab_size=300, tgt_vocab_size=300, n_layers=2, d_model=32, d_ff=64, n_heads=4, max_len=64
         )
-    else:
-        config = TransformerConfig(src_vocab_size=37000, tgt_vocab_size=37000, max_len=64)
-    batches = random_batches(config, args.batch_tokens, args.base_steps + args.warmup + 1, device)
-    precisions = ["fp32", "bf16"] if device.type == "cpu" or torch.cuda.is_bf16_supported() else ["fp32"]
-    rows = []
-    for precision in precisions:
-        for compiled in (False, True):
-            for implementation in ("ours", "torch.nn.Transformer"):
-                result = time_base_model(
-                    implementation,
-                    precision,
-                    compiled,
-                    config,
-                    batches,
-                    device,
-                    args.warmup,
-                    args.compile_backend,
-                )
-                peak = peak_tflops(device, precision, args.peak_tflops)
-                result.update(
-                    implementation=implementation,
-                    precision=precision,
-                    compiled=compiled,
-                    mfu=result["flops_per_s"] / (peak * 1e12) if peak else None,
-                )
-                rows.append(result)
-                print_base_row(result, flush=True)
-    return rows
+    return TransformerConfig(src_vocab_size=37000, tgt_vocab_size=37000, max_len=64)
+
+
+def base_row(
+    args, device: torch.device, batches, precision: str, compiled: bool, implementation: str
+) -> dict:
+    """One row of the base-model table, printed."""
+    config = base_config(args)
+    result = time_base_model(
+        implementation, precision, compiled, config, batches, device, args.warmup, args.compile_backend
+    )
+    peak = peak_tflops(device, precision, args.peak_tflops)
+    result.update(
+        implementation=implementation,
+        precision=precision,
+        compiled=compiled,
+        mfu=result["flops_per_s"] / (peak * 1e12) if peak else None,
+    )
+    print_base_row(result, flush=True)
+    return result
 
 
 def print_base_row(row: dict, flush: bool = False) -> None:
@@ -216,14 +222,12 @@ def recipe_batches(args, recipe):
     return vocabs, encode_pairs(pairs, vocabs)
 
 
-def time_recipe(args, device: torch.device, compiled: bool, vocabs, encoded) -> dict:
-    recipe = (
-        get_recipe(args.recipe, max_tokens=args.recipe_tokens)
-        if args.recipe_tokens
-        else get_recipe(args.recipe)
-    )
+def time_recipe(args, device: torch.device, compiled: bool, vocabs, encoded, name: str) -> dict:
+    recipe = get_recipe(name, max_tokens=args.recipe_tokens) if args.recipe_tokens else get_recipe(name)
     if args.tiny:
-        recipe = get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, max_tokens=400)
+        recipe = dataclasses.replace(
+            get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, max_tokens=400), name=name
+        )
     precision = args.precision or (
         "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     )
@@ -266,26 +270,40 @@ def time_recipe(args, device: torch.device, compiled: bool, vocabs, encoded) -> 
     }
 
 
-def recipe_table(args, device: torch.device) -> list[dict]:
-    recipe = get_recipe(args.recipe)
-    vocabs, encoded = recipe_batches(args, recipe)
-    rows = []
-    for compiled in (False, True):
-        row = time_recipe(args, device, compiled, vocabs, encoded)
-        rows.append(row)
-        mode = "compiled" if compiled else "eager"
-        print(
-            f"recipe {row['recipe']:10} {row['precision']:5} {mode:8} {row['steps_per_s']:7.2f} steps/s "
-            f"{row['tokens_per_s']:>10,.0f} real target tok/s  compile {row['compile_s']:6.1f} s "
-            f"({row['steps']} steps timed)",
-            flush=True,
-        )
-    eager, compiled = rows
+def recipe_row(args, device: torch.device, data: dict, name: str, compiled: bool) -> dict:
+    """One row of the recipe table, printed; `data` caches each vocabulary's encoded corpus."""
+    recipe = get_recipe(name)
+    key = (recipe.corpus, recipe.vocab, recipe.vocab_size, recipe.min_freq)
+    if key not in data:
+        data[key] = recipe_batches(args, recipe)
+    row = time_recipe(args, device, compiled, *data[key], name)
+    mode = "compiled" if compiled else "eager"
     print(
-        f"compiled / eager: {compiled['steps_per_s'] / eager['steps_per_s']:.2f}× the steps per second, "
-        f"after {compiled['compile_s']:.0f} s of compilation"
+        f"recipe {row['recipe']:12} {row['precision']:5} {mode:8} {row['steps_per_s']:7.2f} steps/s "
+        f"{row['tokens_per_s']:>10,.0f} real target tok/s  compile {row['compile_s']:6.1f} s "
+        f"({row['steps']} steps timed)",
+        flush=True,
     )
-    return rows
+    return row
+
+
+def planned_rows(args, device: torch.device) -> list[tuple[str, tuple]]:
+    """Every row, in the order they run: ("base", (precision, compiled, implementation)) and
+    ("recipe", (name, compiled)); bf16 first, then the recipes, then float32."""
+    bf16 = device.type == "cpu" or torch.cuda.is_bf16_supported()
+    precisions = ["bf16", "fp32"] if bf16 else ["fp32"]
+    base = {
+        precision: [
+            ("base", (precision, compiled, implementation))
+            for compiled in (False, True)
+            for implementation in ("ours", "torch.nn.Transformer")
+        ]
+        for precision in precisions
+    }
+    recipe = [("recipe", (name, compiled)) for compiled in (False, True) for name in args.recipes]
+    rows = [*base[precisions[0]], *recipe, *(row for p in precisions[1:] for row in base[p])]
+    rows = [(kind, spec) for kind, spec in rows if args.only in (None, kind)]
+    return [(kind, spec) for kind, spec in rows if spec[1]] if args.warm_compile else rows
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -298,7 +316,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-tokens", type=int, default=25000, help="padded tokens per base-model batch")
     parser.add_argument("--base-steps", type=int, default=20, help="timed steps per base-model row")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps after the first")
-    parser.add_argument("--recipe", default="multi30k")
+    parser.add_argument("--recipes", nargs="+", default=["multi30k", "multi30k-gpu"])
     parser.add_argument("--recipe-tokens", type=int, default=None, help="change the recipe's max_tokens")
     parser.add_argument("--recipe-steps", type=int, default=300, help="timed steps of the recipe")
     parser.add_argument(
@@ -310,10 +328,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=None, help="a folder with the Multi30k files")
     parser.add_argument("--compile-backend", default="inductor")
     parser.add_argument("--peak-tflops", type=float, default=None)
+    parser.add_argument("--minutes", type=float, default=None, help="start no row after this many minutes")
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON (after every row)")
+    parser.add_argument(
+        "--warm-compile",
+        action="store_true",
+        help="only compile every compiled row (a step each, nothing timed or written): fills inductor's "
+        "caches on disk, so that a later run's first steps compile from them",
+    )
     args = parser.parse_args(argv)
     if args.tiny:
         args.batch_tokens, args.base_steps, args.recipe_steps, args.warmup = 400, 2, 3, 1
+    if args.warm_compile:
+        args.base_steps, args.recipe_steps, args.warmup, args.out = 1, 1, 1, None
     return args
+
+
+def describe_device(device: torch.device) -> dict:
+    info = {"device": str(device), "torch": torch.__version__, "date": datetime.date.today().isoformat()}
+    if device.type == "cuda":
+        info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
+    else:
+        info["threads"] = torch.get_num_threads()
+    return info
 
 
 def main(argv=None) -> dict:
@@ -322,25 +359,48 @@ def main(argv=None) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 matrix products in TF32 (chapter 9)
         torch.backends.cudnn.allow_tf32 = True
-        print(
-            f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
-            f"CUDA {torch.version.cuda}",
-            flush=True,
-        )
-    else:
-        print(f"device: {device}, {torch.get_num_threads()} threads, torch {torch.__version__}", flush=True)
-    results = {}
-    if args.only in (None, "base"):
-        results["base"] = base_model_table(args, device)
-        ours = [r for r in results["base"] if r["implementation"] == "ours"]
+    info = describe_device(device)
+    print(", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
+    started = time.perf_counter()
+    results: dict = {"hardware": info, "command": " ".join(sys.argv), "base": [], "recipe": []}
+    results["left_out"] = []
+    base_batches, recipe_data = None, {}
+    for kind, spec in planned_rows(args, device):
+        if args.minutes is not None and time.perf_counter() - started > 60 * args.minutes:
+            results["left_out"].append([kind, *spec])
+            continue
+        if kind == "base":
+            if base_batches is None:
+                base_batches = random_batches(
+                    base_config(args), args.batch_tokens, args.base_steps + args.warmup + 1, device
+                )
+            results["base"].append(base_row(args, device, base_batches, *spec))
+        else:
+            results["recipe"].append(recipe_row(args, device, recipe_data, *spec))
+        if args.out is not None:
+            atomic_write_text(args.out, json.dumps(results, indent=1) + "\n")
+    summarize(results)
+    return results
+
+
+def summarize(results: dict) -> None:
+    ours = [r for r in results["base"] if r["implementation"] == "ours"]
+    if ours:
         best = max(ours, key=lambda r: r["tokens_per_s"])
         print(
             f"fastest of ours: {best['precision']} {'compiled' if best['compiled'] else 'eager'}, "
             f"{best['tokens_per_s']:,.0f} tok/s" + (f", MFU {100 * best['mfu']:.1f}%" if best["mfu"] else "")
         )
-    if args.only in (None, "recipe"):
-        results["recipe"] = recipe_table(args, device)
-    return results
+    for name in dict.fromkeys(r["recipe"] for r in results["recipe"]):
+        rows = {r["compiled"]: r for r in results["recipe"] if r["recipe"] == name}
+        if len(rows) == 2:
+            eager, compiled = rows[False], rows[True]
+            print(
+                f"{name}: compiled / eager: {compiled['steps_per_s'] / eager['steps_per_s']:.2f}× the steps "
+                f"per second, after {compiled['compile_s']:.0f} s of compilation"
+            )
+    if results["left_out"]:
+        print(f"left out (out of time): {results['left_out']}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The GPU benchmark script runs end to end on the CPU in its tiny mode (a smoke test, not a
 timing: speed figures come from running the script on the machine they describe)."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,15 +10,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import gpu_training
 
 
-def test_the_gpu_benchmark_runs_every_row_in_tiny_mode(capsys):
-    results = gpu_training.main(["--tiny", "--device", "cpu", "--compile-backend", "eager"])
+def test_the_gpu_benchmark_runs_every_row_in_tiny_mode(capsys, tmp_path):
+    out_file = tmp_path / "bench.json"
+    options = ["--tiny", "--device", "cpu", "--compile-backend", "eager", "--out", str(out_file)]
+    results = gpu_training.main(options)
     base, recipe = results["base"], results["recipe"]
     combinations = {(r["implementation"], r["precision"], r["compiled"]) for r in base}
     assert len(combinations) == len(base) == 8  # ours and torch.nn.Transformer × fp32, bf16 × eager, compiled
+    assert [r["precision"] for r in base] == ["bf16"] * 4 + ["fp32"] * 4  # the GPU's precision first
     assert all(r["tokens_per_s"] > 0 and r["flops_per_s"] > 0 and r["mfu"] is None for r in base)
-    assert [r["compiled"] for r in recipe] == [False, True] and all(r["steps"] == 3 for r in recipe)
+    assert [(r["recipe"], r["compiled"]) for r in recipe] == [
+        ("multi30k", False), ("multi30k-gpu", False), ("multi30k", True), ("multi30k-gpu", True)
+    ]
+    assert all(r["steps"] == 3 for r in recipe) and results["left_out"] == []
+    assert json.loads(out_file.read_text())["base"] == json.loads(json.dumps(base))
     out = capsys.readouterr().out
     assert "compiled / eager" in out and "fastest of ours" in out
+
+
+def test_the_gpu_benchmark_leaves_out_the_rows_past_its_time(tmp_path):
+    results = gpu_training.main(["--tiny", "--device", "cpu", "--only", "base", "--minutes", "0"])
+    assert results["base"] == [] and results["recipe"] == []
+    assert results["left_out"][0] == ["base", "bf16", False, "ours"] and len(results["left_out"]) == 8
 
 
 def test_mfu_uses_the_named_peak():

@@ -1,0 +1,452 @@
+"""The book's last chapter, on one GPU: stages that each fit one command of a few minutes, and write
+small result files under book/results/gpu/ (committed with the book; never model weights).
+
+    python tools/gpu_finale.py search --data-dir DIR   # candidates side by side; the choice, on test
+    python tools/gpu_finale.py bench --data-dir DIR    # benchmarks/gpu_training.py alone on the GPU
+    python tools/gpu_finale.py tests                   # the GPU test suite (pytest -m gpu), its report
+    python tools/gpu_finale.py all --data-dir DIR --copy-to "$OUT" --deadline 570
+                                                       # tests and a compile warm-up beside the search,
+                                                       # then bench in the time left; results tarred
+    python tools/gpu_finale.py search --tiny           # the search stage on the CPU in a minute (CI)
+
+**search.** Candidate recipes, changes of `--config multi30k-gpu`, train side by side on one GPU,
+each for the same minutes (`--minutes`, the recipe's `max_minutes`: the cooldown fitted to the
+clock), with the validation set scored as they train (`Validator`: cross-entropy and greedy BLEU).
+Each is then scored on the validation set with beam 4 from the average of its last checkpoints.
+The best is chosen on the validation set; for it alone, the number of checkpoints averaged and the
+length penalty α are chosen on the validation set too; then, and only then, it is scored on
+test_2016_flickr. The chosen run is the final one: its history, validation curve, test scores and
+translations, and the attention weights of a few test sentences are what chapter 19 shows.
+
+Files (in `--out`): search.json (every candidate, the decoding choice, the choice), final.json (the
+chosen run: recipe, hardware, speed, the BLEU table), history.json and validation.json (its curves),
+translations.json (the 1,000 test sentences), attention.pt (weights of three test sentences),
+bench.json (stage bench), gpu_tests.txt (stage tests).
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from annotated_transformer.data import corpus
+from annotated_transformer.decoding import average_checkpoints
+from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
+from annotated_transformer.tokenization import Vocabularies, atomic_write_text, cached_encode_pairs
+from annotated_transformer.training import checkpoint_paths, read_checkpoint
+from annotated_transformer.translation import (
+    InputWarning,
+    Recipe,
+    Translator,
+    Validator,
+    attention_maps,
+    evaluate_bleu,
+    get_recipe,
+    train_translation,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "book" / "results" / "gpu"
+BASE = "multi30k-gpu"
+# name: the recipe fields a candidate changes. Start: 4 layers of d_model 256, d_ff 1,024, dropout
+# 0.3, batches of 6,000 tokens, warmup 2,000 at the paper's rate, BPE 4,000 (the registered recipe
+# before the search). Then its seed (noise), depth, width, dropout, label smoothing, batch size and
+# vocabulary.
+CANDIDATES: dict[str, dict] = {
+    "recipe": {},
+    "seed1": {"seed": 1},
+    "L3": {"n_layers": 3},
+    "L6": {"n_layers": 6},
+    "d384": {"d_model": 384, "d_ff": 1536, "n_heads": 6},
+    "d512": {"d_model": 512, "d_ff": 2048, "n_heads": 8},
+    "p0.2": {"dropout": 0.2},
+    "p0.4": {"dropout": 0.4},
+    "ls0.2": {"label_smoothing": 0.2},
+    "tokens12000": {"max_tokens": 12000, "warmup": 1000, "checkpoint_every": 100},
+    "bpe8000": {"vocab_size": 8000},
+}
+AVERAGED = (1, 3, 5)  # checkpoints averaged (1: the last alone), tried for the chosen run on val
+ALPHAS = (0.6, 1.0, 1.4)  # length penalties tried likewise (§6.1 chose 0.6 on its development set)
+ATTENTION_SENTENCES = 3  # test sentences whose attention weights are kept
+HISTORY_POINTS = 1500  # at most this many training-step records in the committed history
+
+
+# --- the candidates' recipes ------------------------------------------------------------------------
+
+
+def candidate_recipe(name: str, args: argparse.Namespace) -> Recipe:
+    """The recipe candidate `name` trains: `multi30k-gpu` changed by CANDIDATES[name]; with --tiny,
+    a small model on the built-in corpus that trains a fixed number of steps on a CPU."""
+    if args.tiny:
+        tiny = dict(corpus="builtin", vocab_size=600, n_layers=1, d_model=32, d_ff=64, max_tokens=600,
+                    max_steps=30, warmup=10, checkpoint_every=10, average_last=3, max_minutes=None)
+        changes = {k: v for k, v in CANDIDATES[name].items() if k in ("seed", "dropout", "label_smoothing")}
+        return get_recipe(BASE, **{**tiny, **changes})
+    return get_recipe(BASE, **CANDIDATES[name], max_minutes=args.minutes)
+
+
+def corpus_options(args: argparse.Namespace) -> dict:
+    return {"root": args.data_dir, "download": False} if args.data_dir else {}
+
+
+def pairs(recipe: Recipe, split: str, args: argparse.Namespace, limit: bool = True) -> list[tuple[str, str]]:
+    """The split's sentence pairs; with --limit (a smoke test), the first ones only."""
+    found = corpus(recipe.corpus, split, **corpus_options(args))
+    return found[: args.limit] if args.limit and limit else found
+
+
+# --- one candidate, in its own process --------------------------------------------------------------
+
+
+def train_one(args: argparse.Namespace) -> int:
+    """Train candidate `args.name` with the validation set watched, then score it on validation."""
+    recipe = candidate_recipe(args.name, args)
+    run_dir = args.run_root / args.name
+    val_pairs = pairs(recipe, "val", args)
+    run = train_translation(
+        recipe, run_dir, corpus_options=corpus_options(args), device=args.device, progress=False,
+        validator=Validator(val_pairs, every=args.validate_every),
+    )
+    tokens = sum(record["tokens"] for record in run.history)
+    train = cached_encode_pairs(pairs(recipe, "train", args, limit=False), run.vocabs, run_dir / "cache")
+    epoch_tokens = sum(len(target) + 1 for target in train.target)  # what a Batch counts: words and EOS
+    result = {
+        "name": args.name,
+        "changes": CANDIDATES[args.name],
+        "parameters": count_parameters(run.model),
+        "steps": run.steps,
+        "minutes": round(run.minutes, 3),
+        "steps_per_s": round(run.steps / (60 * run.minutes), 2),
+        "target_tokens_per_s": round(tokens / (60 * run.minutes)),
+        "epochs": round(tokens / epoch_tokens, 1),
+        "fitted_last_step": run.fitted_last_step,
+    }
+    translator = Translator(run.model, run.vocabs, args.device, recipe.beam_size, recipe.alpha)
+    result["val_beam"] = round(quiet_bleu(translator, val_pairs, recipe.beam_size).bleu, 2)
+    atomic_write_text(run_dir / "candidate.json", json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+def quiet_bleu(translator: Translator, sentence_pairs, beam_size: int):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InputWarning)
+        return evaluate_bleu(translator, sentence_pairs, beam_size=beam_size)
+
+
+# --- the search: candidates side by side, the choice on val, then test once -------------------------
+
+
+def spawn(argv: list[str], log_path: Path, threads: int = 1) -> subprocess.Popen:
+    # Inductor compiles its kernels in a pool of processes, as many as the cores: two at most here,
+    # so that a compilation beside the search does not take the candidates' cores.
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+           "TORCHINDUCTOR_COMPILE_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads)}
+    with open(log_path, "w") as log:  # the child keeps its own copy of the file
+        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def common_options(args: argparse.Namespace) -> list[str]:
+    options = ["--run-root", str(args.run_root), "--device", args.device, "--minutes", str(args.minutes),
+               "--validate-every", str(args.validate_every)]
+    options += ["--data-dir", args.data_dir] if args.data_dir else []
+    options += ["--limit", str(args.limit)] if args.limit else []
+    return options + (["--tiny"] if args.tiny else [])
+
+
+def train_candidates(args: argparse.Namespace) -> dict[str, int | None]:
+    """Every candidate in its own process, all at once; each one's exit status (None: stopped at the
+    deadline)."""
+    args.run_root.mkdir(parents=True, exist_ok=True)
+    processes = {
+        name: spawn([sys.executable, __file__, "train-one", name, *common_options(args)],
+                    args.run_root / f"{name}.log")
+        for name in args.candidates
+    }
+    deadline = time.monotonic() + 60 * args.wait_minutes
+    while any(p.poll() is None for p in processes.values()) and time.monotonic() < deadline:
+        time.sleep(2)
+    status = {}
+    for name, process in processes.items():
+        status[name] = process.poll()
+        if status[name] is None:
+            process.kill()
+            process.wait()
+        print(f"{name}: exit status {status[name]}", flush=True)
+    return status
+
+
+def candidate_results(args: argparse.Namespace, status: dict) -> dict[str, dict]:
+    results = {}
+    for name in args.candidates:
+        run_dir = args.run_root / name
+        path = run_dir / "candidate.json"
+        result = {"name": name, "changes": CANDIDATES[name]}
+        if path.exists():
+            result = json.loads(path.read_text())
+        validation = run_dir / "validation.json"
+        result["validation"] = json.loads(validation.read_text()) if validation.exists() else []
+        result["exit_status"] = status.get(name)
+        results[name] = result
+    return results
+
+
+def model_of(run_dir: Path, averaged: int) -> Transformer:
+    """The run's model, its last `averaged` checkpoints averaged (1: the last checkpoint)."""
+    paths = checkpoint_paths(run_dir / "checkpoints")[-averaged:]
+    if len(paths) < averaged:
+        raise ValueError(f"{run_dir} keeps {len(paths)} checkpoints, fewer than {averaged}")
+    last = read_checkpoint(paths[-1])
+    model = Transformer(TransformerConfig(**last["config"]))
+    model.load_state_dict(average_checkpoints(paths) if averaged > 1 else last["model"])
+    return model
+
+
+def tune_decoding(run_dir: Path, recipe: Recipe, val_pairs, args) -> list[dict]:
+    """Validation BLEU (beam 4) for each number of checkpoints averaged and each α."""
+    vocabs, rows = Vocabularies.load(run_dir / "vocab.json"), []
+    kept = len(checkpoint_paths(run_dir / "checkpoints"))  # a run the clock stopped early may keep fewer
+    for averaged in (k for k in AVERAGED if k <= min(recipe.average_last, kept)):
+        model = model_of(run_dir, averaged)
+        for alpha in ALPHAS:
+            translator = Translator(model, vocabs, args.device, beam_size=recipe.beam_size, alpha=alpha)
+            score = quiet_bleu(translator, val_pairs, recipe.beam_size).bleu
+            rows.append({"averaged": averaged, "alpha": alpha, "val_beam": round(score, 2)})
+            print(f"  val: average of {averaged}, α {alpha}: {score:.2f}", flush=True)
+    return rows
+
+
+def score_on_test(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, args) -> tuple[list[dict], list]:
+    """The BLEU table on test: the chosen average and the last checkpoint, beam search and greedy;
+    and the chosen setting's translations."""
+    vocabs, rows, chosen = Vocabularies.load(run_dir / "vocab.json"), [], None
+    for averaged in dict.fromkeys((choice["averaged"], 1)):
+        translator = Translator(model_of(run_dir, averaged), vocabs, args.device, alpha=choice["alpha"])
+        for beam in (recipe.beam_size, 1):
+            evaluation = quiet_bleu(translator, test_pairs, beam)
+            rows.append({"averaged": averaged, "beam": beam, "alpha": choice["alpha"] if beam > 1 else None,
+                         "bleu": round(evaluation.bleu, 2),
+                         "bleu_lowercase": round(evaluation.bleu_lowercase, 2),
+                         "signature": evaluation.signature, "seconds": round(evaluation.seconds, 2)})
+            print(f"  test: average of {averaged}, beam {beam}: {evaluation.bleu:.2f}", flush=True)
+            if chosen is None:
+                chosen = evaluation
+    translations = [
+        {"source": s, "reference": r, "hypothesis": h}
+        for s, r, h in zip(chosen.sources, chosen.references, chosen.hypotheses, strict=True)
+    ]
+    return rows, translations
+
+
+def keep_attention(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, path: Path, args) -> None:
+    """Every head's attention weights (float16) while the chosen model reads a few test sentences
+    (the first of 8 to 12 words) and writes its own translation of each (teacher forcing on it)."""
+    vocabs = Vocabularies.load(run_dir / "vocab.json")
+    translator = Translator(model_of(run_dir, choice["averaged"]), vocabs, args.device, alpha=choice["alpha"])
+    kept = []
+    for source_text, _ in (pair for pair in test_pairs if 8 <= len(pair[0].split()) <= 12):
+        if len(kept) == ATTENTION_SENTENCES:
+            break
+        source = vocabs.source.encode(source_text)
+        target = translator.translate_ids([source], beam_size=recipe.beam_size)[0]
+        maps = attention_maps(translator.model, source, target)
+        kept.append({"source": source_text, "translation": vocabs.target.decode(target),
+                     "source_tokens": vocabs.source.tokens(source),
+                     "target_tokens": ["<bos>", *vocabs.target.tokens(target)],
+                     **{kind: weights.half() for kind, weights in maps.items()}})
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(kept, tmp)
+    os.replace(tmp, path)
+
+
+def thinned(history: list[dict], points: int) -> list[dict]:
+    """At most `points` records, evenly spaced, the last one always kept."""
+    every = max(1, -(-len(history) // points))
+    kept = history[::every]
+    return kept if not history or kept[-1] is history[-1] else [*kept, history[-1]]
+
+
+def search(args: argparse.Namespace) -> dict:
+    """Train the candidates, choose on validation, score the choice on test; each result file is
+    written as soon as it is known, so that a failure late in the stage keeps what came before."""
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    status = train_candidates(args)
+    results = candidate_results(args, status)
+    scored = [r for r in results.values() if "val_beam" in r]
+    report = {
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join(["python", "tools/gpu_finale.py", *sys.argv[1:]]),
+        "hardware": None,
+        "minutes": args.minutes,
+        "side_by_side": len(args.candidates),
+        "candidates": list(results.values()),
+    }
+    write_json(args.out / "search.json", report)
+    if not scored:
+        raise SystemExit("no candidate finished: see the logs in " + str(args.run_root))
+    best = max(scored, key=lambda r: r["val_beam"])
+    recipe, run_dir = candidate_recipe(best["name"], args), args.run_root / best["name"]
+    report["hardware"] = {**json.loads((run_dir / "hardware.json").read_text()), "cuda": torch.version.cuda}
+    report["chosen"] = best["name"]
+    print(f"chosen on validation: {best['name']} ({best['val_beam']:.2f}); its decoding:", flush=True)
+    val_pairs, test_pairs = pairs(recipe, "val", args), pairs(recipe, "test", args)
+    report["decoding"] = tune_decoding(run_dir, recipe, val_pairs, args)
+    choice = max(report["decoding"], key=lambda row: row["val_beam"])  # of equals, the first: fewer, lower α
+    report["choice"] = choice
+    write_json(args.out / "search.json", report)
+    history = json.loads((run_dir / "history.json").read_text())
+    write_json(args.out / "history.json", thinned(history, HISTORY_POINTS), indent=None)
+    write_json(args.out / "validation.json", best["validation"])
+    test_rows, translations = score_on_test(run_dir, recipe, choice, test_pairs, args)
+    final = {
+        "date": report["date"],
+        "command": report["command"],
+        "hardware": report["hardware"],
+        "candidate": best["name"],
+        "side_by_side": len(args.candidates),
+        "recipe": dataclasses.asdict(dataclasses.replace(recipe, average_last=choice["averaged"],
+                                                         alpha=choice["alpha"])),
+        "train": {k: best[k] for k in ("parameters", "steps", "minutes", "steps_per_s", "target_tokens_per_s",
+                                       "epochs", "fitted_last_step")},
+        "val_beam": choice["val_beam"],
+        "test": test_rows,
+    }
+    write_json(args.out / "final.json", final)
+    write_json(args.out / "translations.json", translations)
+    keep_attention(run_dir, recipe, choice, test_pairs, args.out / "attention.pt", args)
+    report["wall_minutes"] = round((time.monotonic() - started) / 60, 2)
+    write_json(args.out / "search.json", report)
+    print(f"test BLEU of {best['name']} (average of {choice['averaged']}, beam 4, α {choice['alpha']}): "
+          f"{test_rows[0]['bleu']:.2f}", flush=True)
+    return report
+
+
+def write_json(path: Path, value, indent: int | None = 1) -> None:
+    atomic_write_text(path, json.dumps(value, indent=indent, ensure_ascii=False) + "\n")
+
+
+# --- the other stages -------------------------------------------------------------------------------
+
+
+def bench_command(args: argparse.Namespace, *options: str) -> list[str]:
+    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_training.py"), *options]
+    argv += ["--data-dir", args.data_dir] if args.data_dir else []
+    return argv + (["--tiny", "--device", "cpu", "--compile-backend", "eager"] if args.tiny else [])
+
+
+def bench(args: argparse.Namespace, minutes: float | None = None) -> int:
+    """benchmarks/gpu_training.py alone on the GPU, its rows as they finish in bench.json."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    limit = ["--minutes", f"{minutes:.2f}"] if minutes is not None else []
+    return subprocess.call(bench_command(args, "--out", str(args.out / "bench.json"), *limit), cwd=ROOT)
+
+
+def tests_command(args: argparse.Namespace) -> list[str]:
+    """pytest on the GPU suite; with pytest-timeout installed, no test may hang for long."""
+    import importlib.util
+
+    timeout = ["--timeout", "180"] if importlib.util.find_spec("pytest_timeout") else []
+    return [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-rA",
+            "-p", "no:cacheprovider", *timeout]
+
+
+def run_all(args: argparse.Namespace) -> int:
+    """The GPU tests and a compile warm-up (inductor's caches, for bench) beside the search, then
+    bench in the time left before `--deadline` seconds; the results tarred into --copy-to after each
+    stage, so that a command stopped at its limit still brings back what was done."""
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tests = spawn(tests_command(args), args.out / "gpu_tests.txt", threads=2)
+    args.run_root.mkdir(parents=True, exist_ok=True)
+    warm = spawn(bench_command(args, "--warm-compile"), args.run_root / "warm-compile.log", threads=2)
+    try:
+        search(args)
+    finally:
+        copy_results(args)
+        for name, process in (("tests", tests), ("compile warm-up", warm)):
+            try:
+                process.wait(timeout=max(0.0, args.deadline - (time.monotonic() - started) - 200))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                print(f"{name}: stopped, out of time", flush=True)
+        copy_results(args)
+    left = (args.deadline - (time.monotonic() - started)) / 60 - 0.75  # its last row, and the copy
+    if left > 0.5:
+        bench(args, minutes=left)
+    copy_results(args)
+    return 0
+
+
+def copy_results(args: argparse.Namespace) -> None:
+    if args.copy_to is None:
+        return
+    args.copy_to.mkdir(parents=True, exist_ok=True)
+    tmp = args.copy_to / "gpu_results.tgz.tmp"
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(args.out, arcname="gpu")
+        for log in sorted(args.run_root.glob("*.log")) if args.run_root.exists() else []:
+            tar.add(log, arcname=f"logs/{log.name}")
+    os.replace(tmp, args.copy_to / "gpu_results.tgz")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("stage", choices=("search", "bench", "tests", "all", "train-one"))
+    parser.add_argument("name", nargs="?", help="train-one: the candidate")
+    parser.add_argument("--data-dir", help="a folder with the Multi30k files (never downloads)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--candidates", nargs="+", choices=list(CANDIDATES), default=None)
+    parser.add_argument("--minutes", type=float, default=get_recipe(BASE).max_minutes,
+                        help="minutes of training per candidate")
+    parser.add_argument("--wait-minutes", type=float, default=None,
+                        help="stop candidates still running after this long (default: minutes + 2)")
+    parser.add_argument("--validate-every", type=int, default=500, help="steps between validations")
+    parser.add_argument("--limit", type=int, help="use the first N validation and test sentences only")
+    parser.add_argument("--run-root", type=Path, default=ROOT / "runs" / "gpu-finale")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--bench-minutes", type=float, default=None, help="bench: start no row after this")
+    parser.add_argument("--copy-to", type=Path, default=None, help="all, bench: tar the results there")
+    parser.add_argument("--deadline", type=float, default=570, help="all: seconds for every stage")
+    parser.add_argument("--tiny", action="store_true", help="a small CPU run of the search (seconds)")
+    args = parser.parse_args(argv)
+    if args.candidates is None:
+        args.candidates = ["recipe", "p0.2"] if args.tiny else list(CANDIDATES)
+    if args.wait_minutes is None:
+        args.wait_minutes = args.minutes + 2
+    if args.tiny:
+        args.validate_every = min(args.validate_every, 10)
+    if args.stage == "train-one" and args.name not in CANDIDATES:
+        parser.error(f"train-one needs a candidate: one of {', '.join(CANDIDATES)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.stage == "train-one":
+        return train_one(args)
+    if args.stage == "search":
+        search(args)
+        return 0
+    if args.stage == "bench":
+        status = bench(args, minutes=args.bench_minutes)
+        copy_results(args)
+        return status
+    if args.stage == "tests":
+        with open(args.out / "gpu_tests.txt", "w") as report:
+            return subprocess.call(tests_command(args), cwd=ROOT, stdout=report, stderr=subprocess.STDOUT)
+    return run_all(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
