@@ -6,13 +6,13 @@ accumulation, mixed precision, atomic checkpoints that resume exactly, and the c
 
 # %% auto #0
 __all__ = ['QUICK_ENV', 'Precision', 'CHECKPOINT_FORMAT', 'CHECKPOINT_VERSION', 'CHECKPOINT_CONTENT', 'quick_mode', 'TrainConfig',
-           'default_device', 'resolve_precision', 'autocast_context', 'check_compile_support', 'compile_forward_loss',
-           'reuse_freed_memory', 'StepStats', 'PendingStep', 'read_steps', 'TrainingDiverged', 'first_non_finite',
-           'divergence_message', 'Progress', 'Trainer', 'CheckpointError', 'CheckpointMismatch', 'unwrap_model',
-           'state_dict_sha256', 'content_sha256', 'parameters_are_finite', 'rng_state', 'set_rng_state', 'atomic_save',
-           'remove_stale_temporaries', 'save_checkpoint', 'checkpoint_sha256', 'read_checkpoint', 'state_differences',
-           'checkpoint_mismatch', 'load_checkpoint', 'model_from_checkpoint', 'checkpoint_path', 'checkpoint_paths',
-           'resume_newest', 'evaluate', 'copy_task_config', 'CopyTaskReport', 'train_copy_task']
+           'default_device', 'resolve_precision', 'use_fast_cuda_kernels', 'autocast_context', 'check_compile_support',
+           'compile_forward_loss', 'reuse_freed_memory', 'StepStats', 'PendingStep', 'read_steps', 'TrainingDiverged',
+           'first_non_finite', 'divergence_message', 'Progress', 'Trainer', 'CheckpointError', 'CheckpointMismatch',
+           'unwrap_model', 'state_dict_sha256', 'content_sha256', 'parameters_are_finite', 'rng_state', 'set_rng_state',
+           'atomic_save', 'remove_stale_temporaries', 'save_checkpoint', 'checkpoint_sha256', 'read_checkpoint',
+           'state_differences', 'checkpoint_mismatch', 'load_checkpoint', 'model_from_checkpoint', 'checkpoint_path',
+           'checkpoint_paths', 'resume_newest', 'evaluate', 'copy_task_config', 'CopyTaskReport', 'train_copy_task']
 
 # %% ../book/09_training.ipynb #ef304db1
 import contextlib
@@ -134,6 +134,21 @@ def resolve_precision(device: torch.device, precision: Precision) -> Precision:
             "on the CPU"
         )
     return precision
+
+
+def use_fast_cuda_kernels() -> None:
+    """The CUDA kernels a Trainer uses (process-wide settings, like PyTorch's own):
+
+    - float32 matrix products on the tensor cores, in TF32 (a 10-bit mantissa);
+    - no cuDNN kernel for `scaled_dot_product_attention`. On an H200 with PyTorch 2.11, bf16
+      training ran 4 to 6 times slower than float32 (chapter 19). Only bf16 and fp16 can use the
+      cuDNN kernel, which builds an execution plan for each new shape, and batches by token count
+      come in hundreds of shapes: the likely cause. That kernel also gives a query whose keys are
+      all masked the mean of the values, where chapter 2's attention gives zeros. Without it,
+      PyTorch takes the memory-efficient kernel.
+    """
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def autocast_context(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
@@ -335,8 +350,8 @@ class Trainer:
         self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
         self.precision = resolve_precision(self.device, config.precision)  # fails here, not at step 1
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
-        if self.device.type == "cuda":  # float32 matrix products on tensor cores, in TF32 (10-bit mantissa)
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        if self.device.type == "cuda":
+            use_fast_cuda_kernels()
         if self.device.type == "cpu":  # the large tensors of every step reuse the last step's memory
             reuse_freed_memory()
         self.prefetch = config.prefetch if config.prefetch is not None else self.device.type == "cuda"
@@ -668,9 +683,11 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     python = state["python"]  # stored as nested lists and tuples; random wants tuples
     random.setstate((python[0], tuple(python[1]), python[2]))
-    torch.set_rng_state(state["torch"])
+    # The generators take their states as CPU byte tensors, wherever the checkpoint was loaded to
+    # (a resume on a GPU loads it there).
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([generator.cpu() for generator in state["cuda"]])
 
 # %% ../book/09_training.ipynb #925575f9
 def atomic_save(obj: Any, path: str | Path) -> Path:

@@ -59,7 +59,13 @@ from annotated_transformer.tokenization import (
     encode_pairs,
     token_batches,
 )
-from annotated_transformer.training import TrainConfig, Trainer, autocast_context, compile_forward_loss
+from annotated_transformer.training import (
+    TrainConfig,
+    Trainer,
+    autocast_context,
+    compile_forward_loss,
+    use_fast_cuda_kernels,
+)
 from annotated_transformer.translation import get_recipe
 
 PEAK_TFLOPS = {  # dense, per GPU: (bf16, tf32)
@@ -357,8 +363,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matrix products in TF32 (chapter 9)
-        torch.backends.cudnn.allow_tf32 = True
+        use_fast_cuda_kernels()  # TF32, and no cuDNN attention kernel, as the Trainer (chapter 9)
     info = describe_device(device)
     print(", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
     started = time.perf_counter()

@@ -72,6 +72,7 @@ def test_auto_precision_is_bf16_with_tf32_matrix_products():
     if CUDA:
         assert t.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        assert not torch.backends.cuda.cudnn_sdp_enabled()  # chapter 9's use_fast_cuda_kernels
         assert t.prefetch
     else:
         assert t.precision == "fp32" and not t.prefetch
@@ -146,12 +147,14 @@ def test_the_multi_process_token_count_never_waits_for_the_gpu(one_rank_of_nccl)
 def test_distributed_training_steps_never_wait_for_the_gpu(one_rank_of_nccl):
     """Whole steps on the DDP path (gradient accumulation, the wrapper's all_reduce) without a wait."""
     t, batches = ddp_trainer()
-    pending = [t.train_step_async(batches[:2])]  # warm-up: handles, buckets, communicator
+    # Warm-up: handles, the communicator, and DDP's one rebuild of its gradient buckets, which it
+    # does (and waits for) at the start of the second step.
+    pending = [t.train_step_async(batches[:2]), t.train_step_async(batches[2:4])]
     torch.cuda.synchronize()
     with sync_is_an_error():
-        pending += [t.train_step_async(batches[2:4]), t.train_step_async(batches[4:6])]
+        pending += [t.train_step_async(batches[4:6]), t.train_step_async(batches[:2])]
     records = read_steps(pending, sum_over_ranks=True)
-    assert [r.n_tokens for r in records[1:]] == [sum(b.n_tokens for b in batches[i : i + 2]) for i in (2, 4)]
+    assert [r.n_tokens for r in records[2:]] == [sum(b.n_tokens for b in batches[i : i + 2]) for i in (4, 0)]
 
 
 def test_dropout_is_torch_dropout_on_the_gpu():
@@ -170,8 +173,11 @@ def test_dropout_is_torch_dropout_on_the_gpu():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fully_masked_rows_give_zeros_not_nan(dtype):
-    """A query that may attend to no key gets zeros, never NaN: chapter 2's `attention` and every
-    kernel of `scaled_dot_product_attention` (what MultiHeadAttention runs) that takes the inputs."""
+    """A query that may attend to no key gets zeros from chapter 2's `attention` and from the
+    kernels of `scaled_dot_product_attention` that MultiHeadAttention runs (math, memory-efficient),
+    and never NaN from any kernel. cuDNN's kernel (off in training: `use_fast_cuda_kernels`) gives
+    such a row the mean of the values: finite, not zero. The model's own masks never block a
+    whole row (every query sees at least one real key), so only direct callers meet this."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if not CUDA and dtype == torch.float16:
@@ -190,7 +196,8 @@ def test_fully_masked_rows_give_zeros_not_nan(dtype):
     assert "MATH" in outputs and ("EFFICIENT_ATTENTION" in outputs or not CUDA), sorted(outputs)
     for name, out in outputs.items():
         assert torch.isfinite(out).all(), name
-        assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2])), name
+        if name != "CUDNN_ATTENTION":
+            assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2])), name
 
 
 def test_fp16_training_resumes_exactly_with_its_gradient_scaler(tmp_path):

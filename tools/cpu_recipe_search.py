@@ -15,7 +15,7 @@ run and `--parallel` runs side by side (two single-threaded runs do more work on
 one run with two threads, and a fixed number of steps makes the comparison independent of how busy
 the machine was). Each run is scored on the 1,014 validation sentences with beam search (4,
 α = 0.6) from the average of its last 5 and last 10 checkpoints, and greedily from the last one.
-The results go to book/results/multi30k_search.json, which chapter 13 reads; `--at-step` adds
+The results go to annotated_transformer/results/multi30k_search.json, which chapter 13 reads; `--at-step` adds
 every candidate's greedy validation BLEU at one step (candidates stopped early can be compared
 there), `--tune-decoding` a run's scores for each number of checkpoints averaged and each α, and
 how many of its translations run on (more than twice their reference's words, and 5 more), and
@@ -57,7 +57,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs" / "search"
-RESULTS = ROOT / "book" / "results" / "multi30k_search.json"
+RESULTS = ROOT / "annotated_transformer" / "results" / "multi30k_search.json"
 
 # The recipe as the first stage found it, whatever `--config multi30k` is today: word vocabularies,
 # 3 layers, batches of 4,000 tokens, warmup 400, the §5.3 rate × 0.5, no cooldown. Every candidate

@@ -166,7 +166,9 @@ def main() -> int:
     parser.add_argument("--train-minutes", type=float, default=6.0, help="stop unfinished runs then")
     parser.add_argument("--score-minutes", type=float, default=1.5, help="then stop unfinished scoring")
     parser.add_argument("--limit", type=int, help="score N validation sentences only (a smoke test)")
-    parser.add_argument("--out", type=Path, default=ROOT / "book" / "results" / "multi30k_gpu_search.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "annotated_transformer" / "results" / "multi30k_gpu_search.json"
+    )
     args = parser.parse_args()
     args.run_root.mkdir(parents=True, exist_ok=True)
     steps = {name: steps_for(name, args.base_steps) for name in args.runs}

@@ -1,0 +1,77 @@
+"""The GPU chapter's tool runs end to end on the CPU in its tiny mode, and the committed results of
+its real run agree with the recipe the package registers and with the choices they record."""
+
+import dataclasses
+import json
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+import gpu_finale
+
+from annotated_transformer.data import corpus
+from annotated_transformer.translation import RECIPES, Recipe
+
+RESULTS = files("annotated_transformer") / "results" / "gpu"
+
+
+def committed(name: str):
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def test_the_search_stage_runs_in_tiny_mode(tmp_path):
+    out = tmp_path / "out"
+    gpu_finale.main(["search", "--tiny", "--run-root", str(tmp_path / "runs"), "--out", str(out)])
+    names = {p.name for p in out.iterdir()}
+    assert {"search.json", "final.json", "history.json", "validation.json", "translations.json",
+            "attention.pt"} <= names
+    search = json.loads((out / "search.json").read_text())
+    final = json.loads((out / "final.json").read_text())
+    scores = {c["name"]: c["val_beam"] for c in search["candidates"]}
+    assert set(scores) == {"recipe", "p0.2"} and search["chosen"] == max(scores, key=scores.get)
+    assert all(c["validation"] and c["validation"][-1]["step"] == c["steps"] for c in search["candidates"])
+    # The test set is scored for the chosen run only, after its decoding was chosen on validation.
+    assert final["candidate"] == search["chosen"]
+    assert search["choice"] == max(search["decoding"], key=lambda row: row["val_beam"])
+    assert (final["test"][0]["averaged"], final["test"][0]["alpha"]) == (
+        search["choice"]["averaged"], search["choice"]["alpha"])
+    assert len(json.loads((out / "translations.json").read_text())) == len(corpus("builtin", "test"))
+    attention = torch.load(out / "attention.pt", weights_only=True)
+    assert len(attention) == gpu_finale.ATTENTION_SENTENCES
+    first = attention[0]
+    assert first["cross"].shape[-2:] == (len(first["target_tokens"]), len(first["source_tokens"]))
+
+
+def test_history_is_thinned_to_a_bound_and_keeps_the_last_step():
+    history = [{"step": i} for i in range(1, 1002)]
+    kept = gpu_finale.thinned(history, 100)
+    assert len(kept) <= 101 and kept[0]["step"] == 1 and kept[-1]["step"] == 1001
+
+
+def test_the_registered_gpu_recipe_is_the_one_the_search_chose():
+    final, search = committed("final.json"), committed("search.json")
+    assert RECIPES["multi30k-gpu"] == Recipe(**final["recipe"])
+    scored = [c for c in search["candidates"] if "val_beam" in c]
+    assert final["candidate"] == search["chosen"] == max(scored, key=lambda c: c["val_beam"])["name"]
+    choice = search["choice"]
+    assert choice == max(search["decoding"], key=lambda row: row["val_beam"])
+    recipe = final["recipe"]
+    assert (recipe["average_last"], recipe["alpha"]) == (choice["averaged"], choice["alpha"])
+    trained = gpu_finale.candidate_recipe(search["chosen"], gpu_finale.parse_args(["search"]))
+    chosen = dataclasses.asdict(trained)
+    changed = {k for k in chosen if chosen[k] != final["recipe"][k]}
+    assert changed <= {"average_last", "alpha"}  # the run trained what the recipe says
+
+
+@pytest.mark.parametrize("name", ["final.json", "search.json", "bench.json", "validation.json"])
+def test_committed_gpu_results_name_their_hardware_or_run(name):
+    result = committed(name)
+    if name == "validation.json":
+        assert result and all({"step", "minutes", "val_nll", "val_bleu_greedy"} <= set(r) for r in result)
+    else:
+        assert "H200" in json.dumps(result["hardware"])
