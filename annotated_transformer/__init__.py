@@ -35,33 +35,6 @@ from .layers import LearnedPositionalEmbedding, PositionalEncoding
 from .model import Decoder, DecoderLayer, Encoder, EncoderLayer
 from .model import SublayerConnection, Transformer, TransformerConfig
 from .model import DecoderCache, count_parameters, make_model
-from .batching import BOS, EOS, PAD, UNK, Batch, TokenBatchSampler
-from .batching import batch_by_sentences, batch_by_tokens, copy_task, make_batch
-from .batching import padding_stats
-from .optimizer import make_optimizer, rate
-from .regularization import LabelSmoothingLoss, perplexity, smoothed_distribution
-from .regularization import token_nll
-from .training import CheckpointError, TrainConfig, Trainer, checkpoint_paths, evaluate
-from .training import load_checkpoint, model_from_checkpoint, quick_mode, read_checkpoint
-from .training import TrainingDiverged, save_checkpoint, train_copy_task
-from .decoding import average_checkpoints, average_last_checkpoints, beam_search
-from .decoding import Hypothesis, beam_search_hypotheses, greedy_decode, length_penalty
-from .data import DataError, builtin_corpus, corpus, multi30k
-from .tokenization import BPE, SpacyTokenizer, TextEncoder, Vocab, Vocabularies
-from .tokenization import VocabularyError, build_vocab_from_iterator, build_vocabularies
-from .tokenization import cached_encode_pairs, detokenize, encode_pairs, token_batches
-from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_recipe
-from .translation import attention_maps, plot_attention, train_translation
-from .translation import InputWarning, TranslationInfo
-from .distributed import DistributedContext, DistributedTokenBatchSampler
-from .distributed import init_distributed, shard_batches, shutdown_distributed
-from .why_self_attention import ConvolutionalLayer, RecurrentLayer, SelfAttentionLayer
-from .why_self_attention import RestrictedSelfAttentionLayer, SeparableConvolutionalLayer
-from .why_self_attention import band_mask, layer_flops, local_attention, make_layer
-from .why_self_attention import measure_layer, measure_path_length, sequential_products
-from .variations import SCALES, Scale, Variant, check_claims, plot_variations
-from .variations import results_table, run_variants, table3_variants
-from .layer_norm import layer_gradient_norms, layer_norm_variants, stability
 
 _all_ = [
     # §3: the model
@@ -86,6 +59,22 @@ _all_ = [
     "count_parameters",
     "make_model",
     "DecoderCache",
+]
+
+# %% ../book/01_introduction.ipynb #9c3c8e36
+from .batching import BOS, EOS, PAD, UNK, Batch, TokenBatchSampler
+from .batching import batch_by_sentences, batch_by_tokens, copy_task, make_batch
+from .batching import padding_stats
+from .optimizer import make_optimizer, rate
+from .regularization import LabelSmoothingLoss, perplexity, smoothed_distribution
+from .regularization import token_nll
+from .training import CheckpointError, TrainConfig, Trainer, checkpoint_paths, evaluate
+from .training import load_checkpoint, model_from_checkpoint, quick_mode, read_checkpoint
+from .training import TrainingDiverged, save_checkpoint, train_copy_task
+from .decoding import average_checkpoints, average_last_checkpoints, beam_search
+from .decoding import Hypothesis, beam_search_hypotheses, greedy_decode, length_penalty
+
+_all_ += [
     # §5: training
     "PAD",
     "BOS",
@@ -124,6 +113,20 @@ _all_ = [
     "length_penalty",
     "average_checkpoints",
     "average_last_checkpoints",
+]
+
+# %% ../book/01_introduction.ipynb #d6b7ae49
+from .data import DataError, builtin_corpus, corpus, multi30k
+from .tokenization import BPE, SpacyTokenizer, TextEncoder, Vocab, Vocabularies
+from .tokenization import VocabularyError, build_vocab_from_iterator, build_vocabularies
+from .tokenization import cached_encode_pairs, detokenize, encode_pairs, token_batches
+from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_recipe
+from .translation import attention_maps, plot_attention, train_translation
+from .translation import InputWarning, TranslationInfo
+from .distributed import DistributedContext, DistributedTokenBatchSampler
+from .distributed import init_distributed, shard_batches, shutdown_distributed
+
+_all_ += [
     # §5.1 and §6.1 on real data: corpora, vocabularies, translation, many GPUs
     "DataError",
     "multi30k",
@@ -157,6 +160,18 @@ _all_ = [
     "shutdown_distributed",
     "shard_batches",
     "DistributedTokenBatchSampler",
+]
+
+# %% ../book/01_introduction.ipynb #0f738098
+from .why_self_attention import ConvolutionalLayer, RecurrentLayer, SelfAttentionLayer
+from .why_self_attention import RestrictedSelfAttentionLayer, SeparableConvolutionalLayer
+from .why_self_attention import band_mask, layer_flops, local_attention, make_layer
+from .why_self_attention import measure_layer, measure_path_length, sequential_products
+from .variations import SCALES, Scale, Variant, check_claims, plot_variations
+from .variations import results_table, run_variants, table3_variants
+from .layer_norm import layer_gradient_norms, layer_norm_variants, stability
+
+_all_ += [
     # §4 and §6.2: the paper's analysis, run again
     "SelfAttentionLayer",
     "RestrictedSelfAttentionLayer",

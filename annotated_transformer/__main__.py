@@ -178,7 +178,7 @@ RECIPE_HELP = {
                    "(inf: no limit); a cooldown that would not end in time is fitted to end then",
 }
 
-
+# %% ../book/15_command_line.ipynb #a3562439
 def recipe_fields() -> list[dataclasses.Field]:
     """The fields of Recipe that are options of `train` (all but its name)."""
     return [field for field in dataclasses.fields(Recipe) if field.name != "name"]
@@ -288,7 +288,7 @@ def training_report(run, start_step: int) -> str:
     ]
     return "\n".join(lines)
 
-
+# %% ../book/15_command_line.ipynb #f6a15e5d
 def run_train(args: argparse.Namespace) -> int:
     recipe = recipe_from_args(args)  # every value checked, before anything is written
     if args.device is not None:  # a GPU this machine lacks: refused before the run directory exists
@@ -396,7 +396,7 @@ def load_translator(args: argparse.Namespace, recipe: dict) -> Translator:
     return Translator.load(path, vocab=vocab, device=check_device(args.device, "--device"),
                            beam_size=beam_size, alpha=recipe.get("alpha", 0.6))
 
-
+# %% ../book/15_command_line.ipynb #b057cd9e
 def read_lines(text: str) -> list[str]:
     """One sentence per line: split at newlines only (not at the other characters that
     str.splitlines splits at), without a trailing empty line."""
@@ -450,7 +450,7 @@ def decode_utf8(data: bytes, name: str) -> str:
             f"0x{data[error.start]:02x}; save it as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8)"
         ) from None
 
-
+# %% ../book/15_command_line.ipynb #80047add
 def write_lines(lines: Sequence[str], output: Path | None) -> None:
     text = "".join(line.replace("\n", " ") + "\n" for line in lines)
     if output is None:
@@ -624,7 +624,7 @@ def add_train_command(commands) -> None:
     add_recipe_options(train)
     train.set_defaults(handler=run_train)
 
-
+# %% ../book/15_command_line.ipynb #a62f22cf
 def add_decoding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", type=Path, metavar="RUN_DIR_OR_CHECKPOINT",
                         help="a run directory of train (its model.pt), or a checkpoint file")
@@ -671,7 +671,7 @@ def add_evaluate_command(commands) -> None:
                           help="write the scores, signatures and translations to FILE as JSON")
     evaluate.set_defaults(handler=run_evaluate)
 
-
+# %% ../book/15_command_line.ipynb #98b0cd93
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m annotated_transformer",
@@ -720,7 +720,7 @@ def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None)
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
     return args
 
-
+# %% ../book/15_command_line.ipynb #47e1d696
 # How the library's messages name a Python argument, and how the command line says it.
 ARGUMENT_WORDING = (
     ("pass root= a folder", "pass --data-dir a folder"),

@@ -170,7 +170,7 @@ def _file_in_root(root: Path, split: str, name: str, sha256: str | None, base_ur
     raise DataError(f"neither {name} nor {plain.name} is in {root} (root=). "
                     f"To fix it, {_where_to_get(split, root, base_url, cache=False)}")
 
-
+# %% ../book/11_data.ipynb #fdb04c66
 def multi30k_path(
     split: str,
     language: str,

@@ -77,7 +77,7 @@ def _check_source(model, src: Tensor, src_mask: Tensor | None, pad: int) -> tupl
         )
     return src_mask, lengths
 
-
+# %% ../book/10_decoding.ipynb #c9073171
 def _max_lengths(model, lengths: Tensor, max_len: int | None) -> Tensor:
     """The most tokens each sentence may get: max_len, or its source length + 50 (§6.1)."""
     limit = getattr(getattr(model, "config", None), "max_len", None)
@@ -186,6 +186,65 @@ def _keep_in_place(parent: Tensor) -> Tensor:
     row = torch.where(best_child, parent, free.gather(1, rank))
     return torch.empty_like(row).scatter_(1, row, rows.expand(a, k))
 
+# %% ../book/10_decoding.ipynb #b8efa9f9
+def _merge_finished(
+    finished: tuple[Tensor, Tensor, Tensor], end_tokens: Tensor, end_logp: Tensor, ys: Tensor,
+    alive: Tensor, at_max: Tensor, step: int, limit: int, alpha: float, pad: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Every sentence's k best finished hypotheses after one step of beam search.
+
+    finished: their tokens (a, k, limit), log P (a, k) and lengths (a, k), best first, log P = -inf
+    in empty slots. New at this step, all of length `step`: the EOS extensions (end_tokens
+    (a, kk, step), end_logp (a, kk), -inf where none ended), and, for the sentences at their
+    maximum length (at_max), the live prefixes ys (a·w rows) as they stand, with log P `alive`
+    (a, w). Returns the k best of old and new, by length-penalized score, and their scores (a, k).
+    """
+    fin_tokens, fin_logp, fin_len = finished
+    (a, k), new_w = fin_logp.shape, alive.size(1)
+    max_logp = alive.masked_fill(~at_max.unsqueeze(1), -math.inf)
+    all_logp = torch.cat([fin_logp, end_logp, max_logp], dim=1)
+    all_len = torch.cat([fin_len, torch.full((a, all_logp.size(1) - k), step, device=ys.device)], dim=1)
+    fin_score, best = (all_logp / length_penalty(all_len.float(), alpha)).topk(k, dim=1)
+    new_tokens = torch.cat([end_tokens, ys[:, 1:].view(a, new_w, step)], dim=1)
+    new_tokens = F.pad(new_tokens, (0, limit - step), value=pad)
+    fin_tokens = torch.cat([fin_tokens, new_tokens], dim=1)
+    fin_tokens = fin_tokens.gather(1, best.unsqueeze(2).expand(a, k, limit))
+    return fin_tokens, all_logp.gather(1, best), all_len.gather(1, best), fin_score
+
+
+def _search_done(alive: Tensor, fin_score: Tensor, row_max: Tensor, step: int, alpha: float) -> Tensor:
+    """Which sentences may stop before their maximum length (bool, one per sentence).
+
+    alive (a, w): log P of the live prefixes; fin_score (a, k): the scores of the k best finished
+    hypotheses, best first (-inf in empty slots); row_max (a,): the maximum lengths. A sentence is
+    done when no live prefix can still beat the best finished hypothesis (log P only falls as a
+    prefix grows, and lp only grows, up to lp(max)); or when k hypotheses have finished and the
+    best live prefix, scored as it stands, is no better than the worst of them. (k finished alone
+    is not enough: with a small vocabulary and label smoothing, k poor early EOS extensions can
+    finish while a far better prefix lives.)
+    """
+    best_alive = alive.max(dim=1).values
+    bound = best_alive / length_penalty(row_max.float(), alpha)
+    best_score, worst_kept = fin_score[:, 0], fin_score[:, -1]
+    now = best_alive / length_penalty(float(step), alpha)
+    cannot_win = (best_score > -math.inf) & (best_score >= bound)
+    return cannot_win | ((worst_kept > -math.inf) & (worst_kept >= now))
+
+
+def _hypotheses(tokens: list, logps: list, lens: list, alpha: float) -> list[list[Hypothesis]]:
+    """Each sentence's finished hypotheses (from lists of their tokens, log P and lengths), best
+    first, as `Hypothesis` objects; empty slots (log P = -inf) are left out."""
+    results = []
+    for sentence_tokens, sentence_logps, sentence_lens in zip(tokens, logps, lens, strict=True):
+        results.append(
+            [
+                Hypothesis(row[:length], logp, logp / length_penalty(length, alpha))
+                for row, logp, length in zip(sentence_tokens, sentence_logps, sentence_lens, strict=True)
+                if logp > -math.inf
+            ]
+        )
+    return results
+
 # %% ../book/10_decoding.ipynb #5486eb2a
 @torch.inference_mode()
 def beam_search_hypotheses(
@@ -242,29 +301,13 @@ def beam_search_hypotheses(
             rows = (first_row + top_beam.gather(1, keep)).flatten()  # the old row each new row extends
             ys = torch.cat([ys[rows], top_token.gather(1, keep).view(-1, 1)], dim=1)
             new_w = keep.size(1)
-            # (3) At its maximum length, a sentence's live prefixes finish as they are.
+            # (3) New finished hypotheses, and at the maximum length the live prefixes, join the k best.
             at_max = row_max == step
-            max_logp = alive.masked_fill(~at_max.unsqueeze(1), -inf)
-            # Merge the new finished hypotheses into the k best, by length-penalized score.
-            all_logp = torch.cat([fin_logp, end_logp, max_logp], dim=1)
-            all_len = torch.cat([fin_len, torch.full((a, kk + new_w), step, device=device)], dim=1)
-            fin_score, best = (all_logp / length_penalty(all_len.float(), alpha)).topk(k, dim=1)
-            new_tokens = torch.cat([end_tokens, ys[:, 1:].view(a, new_w, step)], dim=1)
-            new_tokens = F.pad(new_tokens, (0, limit - step), value=pad)
-            fin_tokens = torch.cat([fin_tokens, new_tokens], dim=1)
-            fin_tokens = fin_tokens.gather(1, best.unsqueeze(2).expand(a, k, limit))
-            fin_logp, fin_len = all_logp.gather(1, best), all_len.gather(1, best)
-            # Done: at the maximum length; when no live prefix can still beat the best finished
-            # hypothesis (log P only falls, lp only grows up to lp(max)); or when k hypotheses
-            # have finished and the best live prefix, scored as it stands, is no better than the
-            # worst of them. (k finished alone is not enough: with a small vocabulary and label
-            # smoothing, k poor early EOS extensions can finish while a far better prefix lives.)
-            best_alive = alive.max(dim=1).values
-            bound = best_alive / length_penalty(row_max.float(), alpha)
-            best_score, worst_kept = fin_score[:, 0], fin_score[:, -1]
-            now = best_alive / length_penalty(float(step), alpha)
-            cannot_win = (best_score > -inf) & (best_score >= bound)
-            done = at_max | cannot_win | ((worst_kept > -inf) & (worst_kept >= now))
+            fin_tokens, fin_logp, fin_len, fin_score = _merge_finished(
+                (fin_tokens, fin_logp, fin_len), end_tokens, end_logp, ys, alive, at_max,
+                step, limit, alpha, pad,
+            )
+            done = at_max | _search_done(alive, fin_score, row_max, step, alpha)  # the stopping rules
             if bool(done.any()):
                 finished = active[done]
                 out_tokens[finished], out_logp[finished], out_len[finished] = (
@@ -282,16 +325,7 @@ def beam_search_hypotheses(
                 cache = cache.select(rows) if cache is not None else None
             elif cache is not None:  # rows only exchange the beams of each sentence
                 cache.reorder_(rows)
-    results = []
-    for tokens, logps, lens in zip(out_tokens.tolist(), out_logp.tolist(), out_len.tolist(), strict=True):
-        results.append(
-            [
-                Hypothesis(row[:length], logp, logp / length_penalty(length, alpha))
-                for row, logp, length in zip(tokens, logps, lens, strict=True)
-                if logp > -inf
-            ]
-        )
-    return results
+    return _hypotheses(out_tokens.tolist(), out_logp.tolist(), out_len.tolist(), alpha)
 
 # %% ../book/10_decoding.ipynb #abbf71c9
 def beam_search(
@@ -355,7 +389,7 @@ def _same_run(path_a: Path, a: dict, path_b: Path, b: dict) -> None:
                 f"{what} differ); average only checkpoints of one run"
             )
 
-
+# %% ../book/10_decoding.ipynb #f7b54191
 def _average(paths: Sequence[str | Path]) -> tuple[dict[str, Tensor], dict, list[int]]:
     """The mean parameters of the checkpoints at `paths`, the last checkpoint read, and their steps."""
     paths = [Path(path) for path in paths]

@@ -51,7 +51,7 @@ def _environment_int(name: str) -> int:
     except ValueError:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
-
+# %% ../book/14_distributed.ipynb #e87ce27f
 def init_distributed(
     backend: str | None = None, device: str | torch.device | None = None
 ) -> DistributedContext:

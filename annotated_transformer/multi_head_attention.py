@@ -29,6 +29,20 @@ def head_dims(d_model: int, n_heads: int, d_k: int | None = None, d_v: int | Non
         )
     return (d_k or d_model // n_heads), (d_v or d_model // n_heads)
 
+# %% ../book/03_multi_head_attention.ipynb #7128d783
+def _head_mask(mask: Tensor | None, batch: int, query_len: int, key_len: int) -> Tensor | None:
+    """Check a per-sequence mask (batch or 1, query_len or 1, key_len) and give it a head axis of
+    size 1, so that every head sees the same mask; None stays None."""
+    if mask is None:
+        return None
+    if isinstance(mask, Tensor) and mask.dim() != 3:
+        raise ValueError(
+            f"multi-head attention mask must be 3-D (batch or 1, query_len or 1, key_len), "
+            f"got shape {tuple(mask.shape)}"
+        )
+    check_mask(mask, (batch, query_len, key_len))
+    return mask.unsqueeze(1)  # the same mask for every head
+
 # %% ../book/03_multi_head_attention.ipynb #77ccba8a
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
@@ -92,15 +106,7 @@ class MultiHeadAttention(nn.Module):
             v = self._split_heads(self.w_v(value), self.d_v)
             if cache is not None:
                 k, v = cache.store(k, v)  # prepends the positions of earlier calls (self-attention)
-        key_len = k.size(2)
-        if mask is not None:
-            if isinstance(mask, Tensor) and mask.dim() != 3:
-                raise ValueError(
-                    f"multi-head attention mask must be 3-D (batch or 1, query_len or 1, key_len), "
-                    f"got shape {tuple(mask.shape)}"
-                )
-            check_mask(mask, (batch, query_len, key_len))
-            mask = mask.unsqueeze(1)  # the same mask for every head
+        mask = _head_mask(mask, batch, query_len, key_len=k.size(2))
         dropout_p = self.dropout if self.training else 0.0
         if self.fused and not self.store_weights:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)

@@ -140,6 +140,7 @@ class LabelSmoothingLoss(nn.Module):
             f"smooth_pad={self.smooth_pad}"
         )
 
+# %% ../book/08_regularization.ipynb #3a7221ab
 class _SmoothedCrossEntropy(torch.autograd.Function):
     """The smoothed loss's forward pass, and its gradient written out: ∂H(q, p)/∂logits = p − q.
 
@@ -186,7 +187,6 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         if pad is not None:  # padding positions contribute nothing
             grad.masked_fill_((target == pad).unsqueeze(-1), 0.0)
         return (grad * grad_loss).to(dtype), None, None, None, None, None
-
 
 # %% ../book/08_regularization.ipynb #01cf5247
 def token_nll(logits: Tensor, target: Tensor, pad: int | None = PAD) -> Tensor:

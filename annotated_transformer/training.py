@@ -308,72 +308,10 @@ class Progress:
     def close(self) -> None:
         self.bar.close()
 
-# %% ../book/09_training.ipynb #5b5fb1d8
-def _rank_and_world_size() -> tuple[int, int]:
-    """(rank, number of processes) of a torch.distributed run; (0, 1) when there is none."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-class Trainer:
-    """The §5 training procedure: Adam with the warmup schedule and label smoothing, plus the
-    engineering around it (gradient accumulation, mixed precision, compilation, checkpoints).
-
-    `train_step(micro_batches)` is one optimizer step. `fit(epoch_batches)` runs steps until
-    `self.last_step` (`config.max_steps`, unless `end_schedule_at` moved it), taking micro-batches
-    from `epoch_batches(epoch)` and remembering where it is, so that a resumed run sees exactly the
-    batches the interrupted one would have seen. Between two log points `fit` never waits for the
-    device: the statistics of the steps stay there until the log point reads them all at once,
-    checks them, and hands them to `on_log`.
-
-    When torch.distributed runs several processes (ranks), each rank trains on its own batches
-    through DistributedDataParallel, and a step on k ranks gives exactly the gradient of one process
-    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 14).
-    `self.model` is always the plain model.
-    """
-
-    def __init__(self, model: Transformer, config: TrainConfig = TrainConfig(), device=None, pad: int = PAD):
-        self.config = config
-        self.rank, self.world_size = _rank_and_world_size()
-        self.is_main = self.rank == 0  # the rank that logs and writes checkpoints
-        self.device = torch.device(device) if device is not None else default_device()
-        if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
-        self.model = model.to(self.device)
-        self.pad = pad
-        self.optimizer, self.scheduler = make_optimizer(
-            model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp,
-            cooldown=config.cooldown_steps, total_steps=config.max_steps,
-        )
-        self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
-        self.precision = resolve_precision(self.device, config.precision)  # fails here, not at step 1
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
-        if self.device.type == "cuda":
-            use_fast_cuda_kernels()
-        if self.device.type == "cpu":  # the large tensors of every step reuse the last step's memory
-            reuse_freed_memory()
-        self.prefetch = config.prefetch if config.prefetch is not None else self.device.type == "cuda"
-        self.ddp = None  # the DistributedDataParallel wrapper, in a run of several processes
-        if self.world_size > 1:  # DDP starts by sending rank 0's parameters to the other ranks
-            self.ddp = nn.parallel.DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
-        self.forward_loss = self._forward_loss
-        if config.compile:
-            check_compile_support(self.device)
-            self.forward_loss = compile_forward_loss(self._forward_loss)
-        self.step = 0  # optimizer steps done
-        self.last_step = config.max_steps  # where training and the schedule end (end_schedule_at)
-        self.epoch = 0  # where fit() is in the data: the epoch, and micro-batches done in it
-        self.position = 0
-        self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote or resumed
-        # Added to the `extra` of every checkpoint this trainer writes (a caller's fingerprints of
-        # its data, say); the trainer's own entries (epoch, position, ...) take precedence.
-        self.checkpoint_extra: dict[str, Any] = {}
-
-    # --- one optimizer step ----------------------------------------------------------------------
+# %% ../book/09_training.ipynb #f6b1d89f
+class _OptimizerStep:
+    """One optimizer step of the `Trainer` (a mixin: `Trainer` sets the model, optimizer, scheduler,
+    loss, gradient scaler, device and precision that it uses)."""
 
     def _forward_loss(
         self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_mask: Tensor, tgt_mask: Tensor
@@ -446,7 +384,35 @@ class Trainer:
         """`train_step_async`, then its statistics read (the host waits for the step to finish)."""
         return self._read([self.train_step_async(micro_batches)])[0]
 
-    # --- many steps, and the log points --------------------------------------------------------
+    def _read(self, pending: Sequence[PendingStep]) -> list[StepStats]:
+        return read_steps(pending, sum_over_ranks=self.ddp is not None)
+
+# %% ../book/09_training.ipynb #5ccf15c4
+def _micro_batch_groups(
+    batches: Sequence[Batch], position: int, accumulate: int, device: torch.device, prefetch: bool
+) -> Iterator[list[Batch]]:
+    """An epoch's groups of `accumulate` micro-batches, on `device`, from `position` on. With
+    `prefetch` (on a GPU), a background thread builds the next group and starts its copy to the
+    device while the current step runs, so that the data pipeline is never what the device waits for."""
+
+    def build(start: int) -> list[Batch]:
+        return [batch.to(device, non_blocking=True) for batch in batches[start : start + accumulate]]
+
+    starts = range(position, len(batches), accumulate)
+    if not prefetch:
+        yield from (build(start) for start in starts)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = [pool.submit(build, start) for start in starts[:2]]
+        for start in starts[2:]:
+            yield ahead.pop(0).result()
+            ahead.append(pool.submit(build, start))
+        for future in ahead:
+            yield future.result()
+
+# %% ../book/09_training.ipynb #3963dcb8
+class _TrainingLoop:
+    """The `Trainer`'s loop of many steps and its log points (a mixin: see `Trainer`)."""
 
     def fit(
         self,
@@ -500,25 +466,8 @@ class Trainer:
         return history
 
     def _groups(self, batches: Sequence[Batch]) -> Iterator[list[Batch]]:
-        """The epoch's micro-batch groups from the current position on. With `prefetch` (on a GPU),
-        a background thread builds the next group and starts its copy to the device while the
-        current step runs, so that the data pipeline is never what the device waits for."""
-        accumulate = self.config.accumulate
-
-        def build(start: int) -> list[Batch]:
-            return [batch.to(self.device, non_blocking=True) for batch in batches[start : start + accumulate]]
-
-        starts = range(self.position, len(batches), accumulate)
-        if not self.prefetch:
-            yield from (build(start) for start in starts)
-            return
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            ahead = [pool.submit(build, start) for start in starts[:2]]
-            for start in starts[2:]:
-                yield ahead.pop(0).result()
-                ahead.append(pool.submit(build, start))
-            for future in ahead:
-                yield future.result()
+        """The epoch's micro-batch groups from the trainer's position on (`_micro_batch_groups`)."""
+        return _micro_batch_groups(batches, self.position, self.config.accumulate, self.device, self.prefetch)
 
     def _is_log_point(self) -> bool:
         config = self.config
@@ -528,9 +477,6 @@ class Trainer:
             or (config.checkpoint_every > 0 and self.step % config.checkpoint_every == 0)
         )
 
-    def _read(self, pending: Sequence[PendingStep]) -> list[StepStats]:
-        return read_steps(pending, sum_over_ranks=self.ddp is not None)
-
     def _log_point(self, pending: Sequence[PendingStep], progress: Progress) -> list[StepStats]:
         records = self._read(pending)
         bad = first_non_finite(records)
@@ -539,7 +485,9 @@ class Trainer:
         progress.log(records)
         return records
 
-    # --- checkpoints -----------------------------------------------------------------------------
+# %% ../book/09_training.ipynb #17811300
+class _Checkpointing:
+    """Saving and resuming a `Trainer`, and moving the end of its schedule (a mixin: see `Trainer`)."""
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         """A resumable checkpoint, by default `checkpoint_dir/step_XXXXXXXX.pt`; keeps only the
@@ -605,6 +553,71 @@ class Trainer:
         for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
             group["lr"] = base * schedule(self.scheduler.last_epoch)
 
+# %% ../book/09_training.ipynb #5b5fb1d8
+def _rank_and_world_size() -> tuple[int, int]:
+    """(rank, number of processes) of a torch.distributed run; (0, 1) when there is none."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class Trainer(_OptimizerStep, _TrainingLoop, _Checkpointing):
+    """The §5 training procedure: Adam with the warmup schedule and label smoothing, plus the
+    engineering around it (gradient accumulation, mixed precision, compilation, checkpoints).
+
+    `train_step(micro_batches)` is one optimizer step. `fit(epoch_batches)` runs steps until
+    `self.last_step` (`config.max_steps`, unless `end_schedule_at` moved it), taking micro-batches
+    from `epoch_batches(epoch)` and remembering where it is, so that a resumed run sees exactly the
+    batches the interrupted one would have seen. Between two log points `fit` never waits for the
+    device: the statistics of the steps stay there until the log point reads them all at once,
+    checks them, and hands them to `on_log`.
+
+    When torch.distributed runs several processes (ranks), each rank trains on its own batches
+    through DistributedDataParallel, and a step on k ranks gives exactly the gradient of one process
+    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 14).
+    `self.model` is always the plain model.
+    """
+
+    def __init__(self, model: Transformer, config: TrainConfig = TrainConfig(), device=None, pad: int = PAD):
+        self.config = config
+        self.rank, self.world_size = _rank_and_world_size()
+        self.is_main = self.rank == 0  # the rank that logs and writes checkpoints
+        self.device = torch.device(device) if device is not None else default_device()
+        if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
+        self.model = model.to(self.device)
+        self.pad = pad
+        self.optimizer, self.scheduler = make_optimizer(
+            model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp,
+            cooldown=config.cooldown_steps, total_steps=config.max_steps,
+        )
+        self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
+        self.precision = resolve_precision(self.device, config.precision)  # fails here, not at step 1
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
+        if self.device.type == "cuda":
+            use_fast_cuda_kernels()
+        if self.device.type == "cpu":  # the large tensors of every step reuse the last step's memory
+            reuse_freed_memory()
+        self.prefetch = config.prefetch if config.prefetch is not None else self.device.type == "cuda"
+        self.ddp = None  # the DistributedDataParallel wrapper, in a run of several processes
+        if self.world_size > 1:  # DDP starts by sending rank 0's parameters to the other ranks
+            self.ddp = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        self.forward_loss = self._forward_loss
+        if config.compile:
+            check_compile_support(self.device)
+            self.forward_loss = compile_forward_loss(self._forward_loss)
+        self.step = 0  # optimizer steps done
+        self.last_step = config.max_steps  # where training and the schedule end (end_schedule_at)
+        self.epoch = 0  # where fit() is in the data: the epoch, and micro-batches done in it
+        self.position = 0
+        self.last_checkpoint: Path | None = None  # the newest checkpoint this trainer wrote or resumed
+        # Added to the `extra` of every checkpoint this trainer writes (a caller's fingerprints of
+        # its data, say); the trainer's own entries (epoch, position, ...) take precedence.
+        self.checkpoint_extra: dict[str, Any] = {}
+
 # %% ../book/09_training.ipynb #5ff37c42
 CHECKPOINT_FORMAT = "annotated-transformer-checkpoint"
 CHECKPOINT_VERSION = 2  # 2: the digest covers the whole saved state (1: the parameters only)
@@ -666,7 +679,7 @@ def content_sha256(obj: Any) -> str:
     feed(obj)
     return digest.hexdigest()
 
-
+# %% ../book/09_training.ipynb #11e2491a
 def parameters_are_finite(model: nn.Module) -> bool:
     """True when no parameter holds a NaN or an infinity (one read from the device)."""
     return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
@@ -969,7 +982,7 @@ class CopyTaskReport:
     nll: float
     history: list[dict]  # step, seconds, held-out exact match and nll at every check
 
-
+# %% ../book/09_training.ipynb #74883fd4
 def train_copy_task(
     vocab_size: int = 12,
     min_len: int = 4,

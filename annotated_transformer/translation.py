@@ -9,8 +9,8 @@ __all__ = ['COUNT_FIELDS', 'TYPE_NAMES', 'RECIPES', 'RESUMABLE_FIELDS', 'VOCABUL
            'Recipe', 'get_recipe', 'TrainingRun', 'describe_hardware', 'check_device', 'run_work', 'peek_extra',
            'recorded', 'settle_recipe', 'load_vocabularies', 'run_fingerprint', 'read_run_info', 'run_data_dir',
            'train_translation', 'ClockFit', 'RunHistory', 'ValidationLog', 'finish_run', 'InputWarning',
-           'TranslationInfo', 'input_warning', 'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'Validator',
-           'attention_maps', 'plot_attention']
+           'TranslationInfo', 'input_warning', 'decode_by_length', 'check_source_lengths', 'read_run_model',
+           'Translator', 'bleu', 'Evaluation', 'evaluate_bleu', 'Validator', 'attention_maps', 'plot_attention']
 
 # %% ../book/13_translation.ipynb #f9e40f8a
 import contextlib
@@ -45,7 +45,7 @@ from .training import StepStats, Trainer, TrainConfig, checkpoint_paths, default
 from .training import CheckpointError, read_checkpoint, save_checkpoint
 from .training import remove_stale_temporaries, resume_newest, evaluate
 
-# %% ../book/13_translation.ipynb #e29acd6b
+# %% ../book/13_translation.ipynb #4f86fbc9
 @dataclass(frozen=True)
 class Recipe:
     """A named translation configuration: the data, the vocabulary, the model, the batches, the
@@ -132,8 +132,7 @@ class Recipe:
             track_grad_norm=True,  # recorded in history.json: how stable the training was (chapter 18)
         )
 
-
-
+# %% ../book/13_translation.ipynb #4eede59b
 # Recipe fields that count something, so at least 1 (d_k and d_v are checked by head_dims).
 COUNT_FIELDS = ("vocab_size", "min_freq", "n_layers", "d_model", "d_ff", "n_heads", "max_tokens",
                 "accumulate", "max_steps", "warmup", "checkpoint_every", "average_last", "beam_size")
@@ -192,6 +191,7 @@ def _check_ranges(recipe: Recipe) -> None:
     if not 0 <= recipe.cooldown <= 1:
         raise ValueError(f"cooldown must lie in [0, 1] (a share of max_steps), got {recipe.cooldown}")
 
+# %% ../book/13_translation.ipynb #fe9800bd
 RECIPES: dict[str, Recipe] = {
     # The generated corpus: offline, a trained translator in about a minute on two CPU cores.
     "builtin": Recipe(
@@ -218,7 +218,7 @@ RECIPES: dict[str, Recipe] = {
         corpus="multi30k",
         vocab="bpe",
         vocab_size=4000,
-        n_layers=2,  # in 30 CPU minutes, more steps of 2 layers beat fewer of 3 (the search, stage 7)
+        n_layers=2,  # in 30 CPU minutes, more steps of 2 layers beat fewer of 3 (appendix)
         d_model=256,
         d_ff=512,
         n_heads=4,
@@ -255,6 +255,10 @@ RECIPES: dict[str, Recipe] = {
         alpha=1.4,
         max_minutes=5.0,
     ),
+}
+
+# %% ../book/13_translation.ipynb #94796d6e
+RECIPES.update({
     # The paper's base and big models (Table 3) with its batches of ~25000 tokens and its schedule.
     "base": Recipe(
         name="base",
@@ -286,9 +290,9 @@ RECIPES: dict[str, Recipe] = {
         checkpoint_every=1000,
         average_last=20,
     ),
-}
+})
 
-
+# %% ../book/13_translation.ipynb #cd59f760
 def get_recipe(name: str, **overrides: Any) -> Recipe:
     """The recipe called `name`, with some fields changed (`get_recipe("multi30k", max_steps=10)`)."""
     if name not in RECIPES:
@@ -299,7 +303,7 @@ def get_recipe(name: str, **overrides: Any) -> Recipe:
         raise ValueError(f"unknown recipe field(s) {unknown}: the fields are {sorted(fields)}")
     return dataclasses.replace(RECIPES[name], **{k: v for k, v in overrides.items() if v is not None})
 
-# %% ../book/13_translation.ipynb #9a29511d
+# %% ../book/13_translation.ipynb #10a5eeaf
 @dataclass
 class TrainingRun:
     """What `train_translation` leaves in its run directory, loaded."""
@@ -377,7 +381,7 @@ def _device_problem(device: torch.device) -> str | None:
         return f"this package trains and translates on cpu, cuda or mps, not {device.type}"
     return None
 
-
+# %% ../book/13_translation.ipynb #c0a3e7ae
 # Fields that may change when a run is resumed: how long it trains and how it is decoded. Every other
 # field changes the data, the model or the optimization, and would mix two trainings in one run.
 RESUMABLE_FIELDS = (
@@ -436,7 +440,7 @@ def recorded(run_dir: Path, key: str) -> tuple[Any, Path | None]:
             return value, path
     return None, None
 
-
+# %% ../book/13_translation.ipynb #2b537246
 def _changed_fields(saved: dict, recipe: Recipe) -> dict[str, tuple[Any, Any]]:
     """The fields outside RESUMABLE_FIELDS in which `recipe` differs from a saved recipe, by name,
     with the saved value and the new one."""
@@ -514,7 +518,7 @@ def settle_recipe(run_dir: Path, recipe: Recipe, write: bool = True) -> None:
     if write:
         atomic_write_text(run_dir / "recipe.json", json.dumps(dataclasses.asdict(recipe), indent=1))
 
-
+# %% ../book/13_translation.ipynb #e8692d96
 def load_vocabularies(run_dir: Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]) -> Vocabularies:
     """The run's vocabularies: read from `vocab.json`, or built from the training pairs and saved.
 
@@ -582,7 +586,7 @@ def _hardware(run_dir: Path, device: torch.device, world_size: int, write: bool)
         atomic_write_text(path, json.dumps(info, indent=1))
     return info
 
-
+# %% ../book/13_translation.ipynb #68f3c056
 def train_translation(
     recipe: Recipe,
     run_dir: str | Path,
@@ -665,7 +669,7 @@ def _resume(trainer: Trainer, run_dir: Path, vocabs: Vocabularies, write: bool) 
         _note(message, write)
     return peek_extra(resumed) if resumed is not None else {}
 
-
+# %% ../book/13_translation.ipynb #0eb756a4
 class ClockFit:
     """Not in the paper: a cooldown (chapter 7) that ends when a run's time runs out.
 
@@ -709,7 +713,7 @@ class ClockFit:
         if isinstance(saved, dict) and saved.get("max_minutes") == self.recipe.max_minutes:
             self.apply(min(int(saved["last_step"]), self.recipe.max_steps))
 
-
+# %% ../book/13_translation.ipynb #a5ac8eab
 def _train(
     trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batches, world_size: int,
     validation: "ValidationLog | None" = None,
@@ -764,7 +768,7 @@ def _train(
         validation.score()  # the model as training left it (once only, if this step was scored)
     return stopped
 
-
+# %% ../book/13_translation.ipynb #2b6d2de5
 class RunHistory:
     """A run's `history.json`: one record per optimizer step (loss, cross-entropy, learning rate,
     tokens, gradient norm, minutes of training so far), carried across resumed sessions.
@@ -827,7 +831,7 @@ def _is_record(record: Any) -> bool:
     return (isinstance(record, dict) and isinstance(record.get("step"), int)
             and isinstance(record.get("minutes"), int | float))
 
-
+# %% ../book/13_translation.ipynb #ed16a4aa
 class ValidationLog:
     """A run's `validation.json`: what a `Validator` said of the model at its steps, each record
     with the step and the minutes of training so far. Like `history.json`, it is carried across
@@ -851,7 +855,7 @@ class ValidationLog:
         self.log.records.append({"step": step, "minutes": self.history.minutes(), **scores})
         self.log.save()
 
-
+# %% ../book/13_translation.ipynb #226f8ab8
 def finish_run(
     run_dir: Path, recipe: Recipe, model: Transformer, write: bool = True, extra: dict | None = None
 ) -> Transformer:
@@ -874,7 +878,7 @@ def finish_run(
     )
     return model
 
-# %% ../book/13_translation.ipynb #0cc3b727
+# %% ../book/13_translation.ipynb #da4c8076
 class InputWarning(UserWarning):
     """Sentences the model cannot read well: mostly unknown tokens, or longer than any it learned."""
 
@@ -926,7 +930,75 @@ def input_warning(infos: Sequence[TranslationInfo], longest: int | None) -> str 
         )
     return "; ".join(parts) or None
 
+# %% ../book/13_translation.ipynb #c0795e04
+@torch.no_grad()
+def decode_by_length(
+    model: Transformer, sources: Sequence[Sequence[int]], beam_size: int, alpha: float, batch_tokens: int,
+    device: torch.device,
+) -> list[list[int]]:
+    """Decode many sentences, sorted by length and batched by about `batch_tokens` source tokens
+    (times the beam), with chapter 10's batched, KV-cached search; the outputs in the given order,
+    without BOS, EOS and padding."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    outputs: list[list[int]] = [[] for _ in sources]
+    start = 0
+    while start < len(order):
+        end = start + 1  # grow the batch while its padded size stays within batch_tokens
+        while end < len(order) and (end - start + 1) * len(sources[order[end]]) * beam_size <= batch_tokens:
+            end += 1
+        indices = order[start:end]
+        batch = make_batch([(sources[i], []) for i in indices], device=device)
+        if beam_size > 1:
+            results = beam_search(model, batch.src, batch.src_mask, beam_size=beam_size, alpha=alpha)
+        else:
+            results = greedy_decode(model, batch.src, batch.src_mask).tolist()
+        for i, ids in zip(indices, results, strict=True):
+            outputs[i] = [t for t in ids if t not in (BOS, EOS, PAD)]
+        start = end
+    return outputs
 
+
+def check_source_lengths(sources: Sequence[Sequence[int]], limit: int) -> None:
+    """Refuse, naming it, a sentence longer than the model's positional table (max_len)."""
+    too_long = [i for i, ids in enumerate(sources) if len(ids) > limit]
+    if too_long:
+        i = too_long[0]
+        raise ValueError(f"sentence {i + 1} has {len(sources[i]):,} tokens, more than the model can read "
+                         f"(max_len {limit:,} positions): split it into shorter sentences")
+
+# %% ../book/13_translation.ipynb #81895c53
+def read_run_model(
+    checkpoint: str | Path, vocab: str | Path | None = None
+) -> tuple[Transformer, Vocabularies, dict]:
+    """The model of a run directory (its `model.pt`) or of a checkpoint file, its vocabularies
+    (`vocab` or the `vocab.json` beside the checkpoint or in the run directory above
+    `checkpoints/`), and the decoding settings its recipe recorded (beam size, α, the longest
+    training sentence). The checkpoint is read with `read_checkpoint` (which refuses a damaged
+    file or NaN weights) and the vocabulary must have its fingerprint."""
+    checkpoint = Path(checkpoint)
+    if checkpoint.is_dir():
+        checkpoint = checkpoint / "model.pt"
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"no checkpoint at {checkpoint}: give a run directory or a .pt file")
+    if vocab is None:
+        candidates = [checkpoint.parent / "vocab.json", checkpoint.parent.parent / "vocab.json"]
+        vocab = next((c for c in candidates if c.is_file()), candidates[0])
+    data = read_checkpoint(checkpoint)
+    vocabs = Vocabularies.load(vocab)
+    expected = data["extra"].get("vocab_sha256")
+    if expected is not None and expected != vocabs.sha256():
+        raise VocabularyError(
+            f"{vocab} is not the vocabulary {checkpoint} was trained with (fingerprints differ); "
+            f"use the vocab.json from the same run directory"
+        )
+    recipe = data["extra"].get("recipe") or {}
+    settings = {name: recipe[name] for name in ("beam_size", "alpha") if name in recipe}
+    settings["max_source_tokens"] = data["extra"].get("longest_source")
+    model = Transformer(TransformerConfig(**data["config"]))
+    model.load_state_dict(data["model"])
+    return model, vocabs, settings
+
+# %% ../book/13_translation.ipynb #b56d625b
 class Translator:
     """A trained model and its vocabularies: German text in, English text out (§6.1 decoding).
 
@@ -958,73 +1030,21 @@ class Translator:
     ) -> "Translator":
         """From a run directory (its `model.pt` and `vocab.json`), or from a checkpoint file and the
         `vocab.json` beside it or in the run directory above `checkpoints/`. Beam size and α come
-        from the run's recipe unless given. The checkpoint is read with `read_checkpoint` (which
-        refuses a damaged file or NaN weights) and the vocabulary must have its fingerprint."""
-        checkpoint = Path(checkpoint)
-        if checkpoint.is_dir():
-            checkpoint = checkpoint / "model.pt"
-        if not checkpoint.is_file():
-            raise FileNotFoundError(f"no checkpoint at {checkpoint}: give a run directory or a .pt file")
-        if vocab is None:
-            candidates = [checkpoint.parent / "vocab.json", checkpoint.parent.parent / "vocab.json"]
-            vocab = next((c for c in candidates if c.is_file()), candidates[0])
+        from the run's recipe unless given (`read_run_model`)."""
         device = check_device(device)  # before the checkpoint is read
-        data = read_checkpoint(checkpoint)
-        vocabs = Vocabularies.load(vocab)
-        expected = data["extra"].get("vocab_sha256")
-        if expected is not None and expected != vocabs.sha256():
-            raise VocabularyError(
-                f"{vocab} is not the vocabulary {checkpoint} was trained with (fingerprints differ); "
-                f"use the vocab.json from the same run directory"
-            )
-        recipe = data["extra"].get("recipe") or {}
-        for name in ("beam_size", "alpha"):
-            if name in recipe:
-                kwargs.setdefault(name, recipe[name])
-        kwargs.setdefault("max_source_tokens", data["extra"].get("longest_source"))
-        model = Transformer(TransformerConfig(**data["config"]))
-        model.load_state_dict(data["model"])
-        return cls(model, vocabs, device, **kwargs)
+        model, vocabs, settings = read_run_model(checkpoint, vocab)
+        return cls(model, vocabs, device, **{**settings, **kwargs})
 
-    @torch.no_grad()
     def translate_ids(
         self, sources: Sequence[Sequence[int]], beam_size: int | None = None, batch_tokens: int = 8000
     ) -> list[list[int]]:
+        """Decode source id lists (in the given order) with beam search, or greedily with a beam of 1."""
         beam_size = self.beam_size if beam_size is None else beam_size
         check_beam_settings(beam_size, self.alpha)
         if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
             raise ValueError(f"batch_tokens must be a whole number, at least 1, got {batch_tokens!r}")
-        self._check_lengths(sources)
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        outputs: list[list[int]] = [[] for _ in sources]
-        start = 0
-        while start < len(order):
-            end = start + 1  # grow the batch while its padded size stays within batch_tokens
-            while (
-                end < len(order) and (end - start + 1) * len(sources[order[end]]) * beam_size <= batch_tokens
-            ):
-                end += 1
-            indices = order[start:end]
-            batch = make_batch([(sources[i], []) for i in indices], device=self.device)
-            if beam_size > 1:
-                results = beam_search(
-                    self.model, batch.src, batch.src_mask, beam_size=beam_size, alpha=self.alpha
-                )
-            else:
-                results = greedy_decode(self.model, batch.src, batch.src_mask).tolist()
-            for i, ids in zip(indices, results, strict=True):
-                outputs[i] = [t for t in ids if t not in (BOS, EOS, PAD)]
-            start = end
-        return outputs
-
-    def _check_lengths(self, sources: Sequence[Sequence[int]]) -> None:
-        """Refuse, naming it, a sentence longer than the model's positional table (max_len)."""
-        limit = self.model.config.max_len
-        too_long = [i for i, ids in enumerate(sources) if len(ids) > limit]
-        if too_long:
-            i = too_long[0]
-            raise ValueError(f"sentence {i + 1} has {len(sources[i]):,} tokens, more than the model can read "
-                             f"(max_len {limit:,} positions): split it into shorter sentences")
+        check_source_lengths(sources, self.model.config.max_len)
+        return decode_by_length(self.model, sources, beam_size, self.alpha, batch_tokens, self.device)
 
     def translate_with_info(
         self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
@@ -1140,7 +1160,8 @@ class Validator:
             raise ValueError(f"every must be a whole number of steps, at least 1, got {every!r}")
         if len(pairs) == 0:
             raise ValueError("a Validator needs at least one sentence pair")
-        self.pairs, self.every, self.with_bleu, self.batch_tokens = list(pairs), every, with_bleu, batch_tokens
+        self.pairs, self.every, self.with_bleu = list(pairs), every, with_bleu
+        self.batch_tokens = batch_tokens
         self._batches: list | None = None
 
     def __call__(self, model: Transformer, vocabs: Vocabularies) -> dict[str, float]:

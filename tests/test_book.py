@@ -113,16 +113,19 @@ def test_numbering_problems():
     assert any("sidebar entry" in p for p in problems) and any("[1, 3]" in p for p in problems)
     numbered_cover = {**cover, "heading": "1. Book"}
     assert numbering_problems(numbered_cover, Numbering(None, 3)) == [
-        "the cover page's heading has a number: '1. Book'"
+        "this unnumbered page's heading has a number: '1. Book'"
     ]
 
 
-def test_book_pages_are_the_cover_and_the_numbered_chapters():
+def test_book_pages_are_the_cover_the_numbered_chapters_and_the_unnumbered_pages():
     pages = browser_test.book_pages(ROOT, ROOT / "_build" / "html")
     assert pages[0][0].name == "index.html" and pages[0][1].number is None
     numbers = [numbering.number for _, numbering in pages[1:]]
-    assert numbers == list(range(1, len(pages)))
+    chapters = [n for n in numbers if n is not None]
+    assert chapters == list(range(1, len(chapters) + 1)) and numbers[: len(chapters)] == chapters
     assert pages[13][0].name == "13_translation.html" and pages[13][1].number == 13
+    unnumbered = [path.name for path, numbering in pages[len(chapters) + 1 :]]
+    assert "conclusion.html" in unnumbered and all(n is None for n in numbers[len(chapters) :])
 
 
 # --- check_page() in a browser, on hand-made pages ---------------------------------------------

@@ -309,15 +309,20 @@ def test_notebook_starts_as_a_chapter(path):
     )
 
 
-def toc_chapters() -> list[str]:
+def toc_chapters(numbered: bool = True) -> list[str]:
+    """The files _toc.yml lists in its numbered parts (the chapters), or in its other parts."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    return [chapter["file"] for part in toc.get("parts", []) for chapter in part.get("chapters", [])]
+    return [chapter["file"] for part in toc.get("parts", []) for chapter in part.get("chapters", [])
+            if (part.get("numbered") is True) == numbered]
 
 
 def test_every_notebook_is_in_the_book_and_readme():
-    in_toc = [str(Path(file).with_suffix("")) for file in toc_chapters()]
+    files = [*toc_chapters(), *toc_chapters(numbered=False)]
+    in_toc = [str(Path(file).with_suffix("")) for file in files if (ROOT / f"{file}.ipynb").exists()]
     on_disk = sorted(str(path.relative_to(ROOT).with_suffix("")) for path in NOTEBOOKS)
-    assert in_toc == on_disk, f"_toc.yml lists {in_toc} in this order, book/ has {on_disk}"
+    assert sorted(in_toc) == on_disk, f"_toc.yml lists the notebooks {in_toc}, book/ has {on_disk}"
+    chapters = toc_chapters()
+    assert in_toc[: len(chapters)] == sorted(chapters), "the chapters are in the order of their numbers"
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     colab = "https://colab.research.google.com/github/annotated-transformer/annotated-transformer/blob/main/"
@@ -403,8 +408,11 @@ def test_chapters_are_numbered_without_a_gap():
     """The sidebar numbers the chapters (every part `numbered`, the numbers running on across parts),
     the file names carry the same numbers, and every "chapter N" the prose cites exists."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    unnumbered = [part["caption"] for part in toc["parts"] if part.get("numbered") is not True]
-    assert not unnumbered, f"every part of _toc.yml must be numbered: {unnumbered}"
+    numbered = [part.get("numbered") is True for part in toc["parts"]]
+    assert numbered == sorted(numbered, reverse=True), "the unnumbered parts (conclusion, appendix) come last"
+    unnumbered = toc_chapters(numbered=False)
+    assert all(Path(file).name[0].isalpha() for file in unnumbered), (
+        f"the pages of unnumbered parts have names without a chapter number: {unnumbered}")
     numbers = [int(Path(file).name.split("_")[0]) for file in toc_chapters()]
     assert numbers == list(range(1, len(numbers) + 1)), f"chapter numbers in _toc.yml order: {numbers}"
     cited = re.compile(r"\b[Cc]hapters?[ ~]+(\d+(?:\s*(?:,|and|or|–|-|to)\s*\d+)*)")
@@ -416,3 +424,13 @@ def test_chapters_are_numbered_without_a_gap():
          for n in map(int, re.findall(r"\d+", match.group(1))) if not 1 <= n <= len(numbers)}
     )
     assert not wrong, f"the prose cites chapters the book does not have: {wrong}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_exported_cells_are_short(path):
+    """The package is read in small annotated pieces: no exported cell much over 80 lines (a class
+    or function that needs more is split, with prose between its parts)."""
+    long = [(i, len(source(cell).splitlines())) for i, cell in enumerate(load_notebook(path)["cells"])
+            if cell["cell_type"] == "code" and source(cell).startswith("#| export")
+            and len(source(cell).splitlines()) > 90]
+    assert not long, f"{path.name}: exported cells (index, lines) over 90 lines: {long}"

@@ -6,7 +6,10 @@ No test needs the network or Multi30k: the data is the built-in corpus and small
 
 import copy
 import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -190,6 +193,29 @@ def test_bpe_training_is_deterministic(train):
         shuffled = sentences[:]
         random.Random(seed).shuffle(shuffled)
         assert BPE.train(shuffled, vocab_size=300).to_json() == bpe.to_json()
+
+
+LEARN_BPE = """
+from annotated_transformer.data import builtin_corpus
+from annotated_transformer.tokenization import build_vocabularies
+print(build_vocabularies(builtin_corpus("train")[:400], "bpe", 300, 2).sha256())
+"""
+
+
+def test_bpe_training_is_deterministic_in_any_process():
+    """Python randomizes the hashes of strings per process (PYTHONHASHSEED), and with them the
+    order of sets and of dict keys built from sets: the vocabulary must not depend on it."""
+    processes = [
+        subprocess.Popen([sys.executable, "-c", LEARN_BPE], env={**os.environ, "PYTHONHASHSEED": seed},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for seed in ("1", "2")
+    ]
+    digests = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        digests.append(out.strip())
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
 
 
 # --- TextEncoder and Vocabularies ---------------------------------------------------------------

@@ -3,11 +3,13 @@ compilation, checkpoints (atomic, validated, exactly resumable) and the copy tas
 
 import contextlib
 import dataclasses
+import math
 import os
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import small_config
 
 from annotated_transformer.batching import EOS, PAD, Batch, batch_by_tokens, copy_task, make_batch
@@ -64,6 +66,12 @@ def parameters(trainer: Trainer) -> list[torch.Tensor]:
 
 def max_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
+def assert_identical(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    """Bit for bit the same tensors (what an exactly resumed run must give)."""
+    differing = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not torch.equal(x, y)]
+    assert not differing, f"{len(differing)} tensors differ, by up to {max_difference(a, b):.3g}"
 
 
 # --- quick mode and configuration ------------------------------------------------------------
@@ -192,7 +200,10 @@ def test_training_reduces_the_loss():
 
 def test_bf16_autocast_trains_on_the_cpu():
     t = trainer(precision="bf16")
+    logits_dtypes = []
+    t.model.generator.register_forward_hook(lambda module, args, logits: logits_dtypes.append(logits.dtype))
     stats = t.train_step(epoch_batches(0)[:1])
+    assert logits_dtypes == [torch.bfloat16]  # the step's matrix products ran in bf16
     assert torch.isfinite(torch.tensor(stats.loss))
     assert all(p.dtype == torch.float32 for p in t.model.parameters())  # master weights stay fp32
 
@@ -218,6 +229,26 @@ def test_compiled_model_trains_and_checkpoints_plain_names(monkeypatch, tmp_path
     assert not any("_orig_mod" in key for key in read_checkpoint(path)["model"])
 
 
+def test_a_trainer_of_a_compiled_module_checkpoints_plain_names_and_resumes(tmp_path):
+    # A user's torch.compile(model): its state_dict keys carry "_orig_mod.", which a checkpoint
+    # must not, or a plain model could not load it.
+    compiled = torch.compile(model(), backend="eager")
+    assert all(key.startswith("_orig_mod.") for key in compiled.state_dict())
+    t = Trainer(compiled, TrainConfig(warmup=10, progress=False, log_every=0), device="cpu")
+    t.train_step(epoch_batches(0)[:1])
+    path = t.save_checkpoint(tmp_path / "compiled.pt")
+    trained = [p.detach().clone() for p in compiled.parameters()]
+    plain = model(seed=1)
+    load_checkpoint(path, plain)
+    assert max_difference(list(plain.parameters()), trained) == 0.0
+    assert max_difference(list(model_from_checkpoint(path).parameters()), trained) == 0.0
+    # ... and a trainer of another compiled module resumes from it.
+    fresh = Trainer(torch.compile(model(seed=1), backend="eager"), TrainConfig(warmup=10, progress=False),
+                    device="cpu")
+    fresh.resume(path)
+    assert fresh.step == 1 and max_difference(list(fresh.model.parameters()), trained) == 0.0
+
+
 # --- checkpoints -----------------------------------------------------------------------------
 
 
@@ -234,6 +265,35 @@ def test_checkpoint_round_trip(tmp_path):
     rebuilt = model_from_checkpoint(path)
     assert rebuilt.config == t.model.config
     assert max_difference(list(rebuilt.parameters()), parameters(t)) == 0.0
+
+
+def test_the_gradient_scalers_state_is_checkpointed_and_resumed(tmp_path):
+    # fp16 needs a GPU, but its gradient scaler runs on the CPU too: an enabled one stands in.
+    def scale_and_tracker(t: Trainer) -> tuple[float, int]:
+        state = t.scaler.state_dict()
+        return state["scale"], state["_growth_tracker"]
+
+    def scaled_trainer(init_scale: float) -> Trainer:
+        t = trainer(clip_grad_norm=1.0)  # clipping unscales the gradients first
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=3)
+        assert t.scaler.is_enabled()
+        return t
+
+    t = scaled_trainer(2.0**10)
+    for batch in epoch_batches(0)[:4]:
+        t.train_step([batch])
+    # 4 finite steps: the scale grew once (after 3), and the growth tracker counts 1 since.
+    assert scale_and_tracker(t) == (2.0**11, 1)
+    path = t.save_checkpoint(tmp_path / "scaled.pt")
+    assert read_checkpoint(path)["extra"]["scaler"] == t.scaler.state_dict()
+    fresh = scaled_trainer(1.0)
+    fresh.resume(path)
+    assert scale_and_tracker(fresh) == (2.0**11, 1)
+    for resumed in (t, fresh):  # the two go on alike: two more steps grow the scale again
+        resumed.train_step(epoch_batches(0)[4:5])
+        resumed.train_step(epoch_batches(0)[5:6])
+    assert scale_and_tracker(fresh) == scale_and_tracker(t) == (2.0**12, 0)
+    assert_identical(parameters(t), parameters(fresh))
 
 
 def test_checkpoints_are_loaded_with_weights_only(tmp_path, monkeypatch):
@@ -266,7 +326,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     torch.manual_seed(999)  # anything the process does in between must not matter
     resumed = run(total, resume_from=path)
     assert resumed.step == uninterrupted.step == total
-    assert max_difference(parameters(uninterrupted), parameters(resumed)) <= 1e-6
+    assert_identical(parameters(uninterrupted), parameters(resumed))
     # The control: without the RNG states, dropout draws other masks and the runs part.
     path_without_rng = tmp_path / "no_rng.pt"
     checkpoint = torch.load(path, weights_only=True)
@@ -380,11 +440,30 @@ def test_resuming_needs_the_optimizer_state(tmp_path):
 
 
 def test_evaluate_reports_per_token_cross_entropy_and_exact_match():
-    m = model()
-    batches = epoch_batches(0)[:3]
+    # A model (dropout on) trained a little on short copies: some held-out sentences right, some
+    # wrong. The scores are checked against an independent computation in evaluation mode.
+    train_pairs = copy_task(2000, vocab_size=23, min_len=1, max_len=4, seed=3)
+    t = trainer(max_steps=30, lr_factor=0.5, model_overrides={"dropout": 0.1})
+    t.fit(lambda epoch: [make_batch(train_pairs[i : i + 50]) for i in range(0, len(train_pairs), 50)])
+    m = t.model.train()
+    held_out = copy_task(40, vocab_size=23, min_len=1, max_len=6, seed=9)
+    batches = [make_batch(held_out[i : i + 20]) for i in (0, 20)]
+    assert all((batch.tgt_out == PAD).any() for batch in batches)  # padding to be left out
     result = evaluate(m, batches)
-    assert result["ppl"] == pytest.approx(torch.tensor(result["nll"]).exp().item())
-    assert 0.0 <= result["exact_match"] <= 1.0
+    assert m.training  # the mode is restored
+    m.eval()
+    nll, tokens, right = 0.0, 0, 0
+    with torch.no_grad():
+        for batch in batches:
+            logits = m(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            nll += F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),
+                                   ignore_index=PAD, reduction="sum").item()
+            tokens += int((batch.tgt_out != PAD).sum())
+            for predicted, target in zip(logits.argmax(-1).tolist(), batch.tgt_out.tolist(), strict=True):
+                right += all(p == y for p, y in zip(predicted, target, strict=True) if y != PAD)
+    assert result["nll"] == pytest.approx(nll / tokens, rel=1e-5)
+    assert result["ppl"] == pytest.approx(math.exp(nll / tokens), rel=1e-5)
+    assert 0 < right < len(held_out) and result["exact_match"] == right / len(held_out)
     with pytest.raises(ValueError, match="at least one batch"):
         evaluate(m, [])
 
@@ -406,7 +485,9 @@ def test_copy_task_reaches_full_exact_match_and_decodes_it():
 
 # --- a step that never waits for the device ---------------------------------------------------
 
-HOST_READS = ("item", "__int__", "__float__", "__bool__", "tolist")
+# Every way of bringing a tensor's value to the host: Python numbers and lists, a copy to the CPU
+# (`.cpu()`, then perhaps `.numpy()`), and use as an index (`range(t)`, `list[t]`).
+HOST_READS = ("item", "__int__", "__float__", "__bool__", "__index__", "tolist", "cpu", "numpy")
 
 
 @contextlib.contextmanager
@@ -603,31 +684,40 @@ def test_a_cached_decoding_step_has_no_graph_break():
 
 
 def test_compilations_over_many_batch_shapes_are_bounded():
+    # Trained as users train: the recipes' dropout 0.1, training mode, gradients on, every step a
+    # backward pass and an optimizer step through the trainer (as compile=True wires it). One step
+    # per batch shape: the shapes of batches by token count at several budgets over 8 epochs.
     from annotated_transformer.data import corpus
-    from annotated_transformer.tokenization import build_vocabularies, encode_pairs, token_batches
+    from annotated_transformer.tokenization import BatchSequence, build_vocabularies, encode_pairs
 
     pairs = corpus("builtin", "train")
     vocabs = build_vocabularies(pairs, "word", min_freq=1)
-    epoch_batches = token_batches(encode_pairs(pairs, vocabs), max_tokens=1500)
+    encoded = encode_pairs(pairs, vocabs)
+    lengths = encoded.lengths()
+    by_shape = {}
+    for max_tokens in (200, 300, 500, 800, 1500):
+        for epoch in range(8):
+            for indices in batch_by_tokens(lengths, max_tokens, seed=0, epoch=epoch):
+                shape = (len(indices), *(max(lengths[i][side] for i in indices) for side in (0, 1)))
+                by_shape.setdefault(shape, indices)
     torch.manual_seed(0)
     config = small_config(src_vocab_size=len(vocabs.source), tgt_vocab_size=len(vocabs.target),
-                          share_embeddings=False, max_len=64)
-    t = Trainer(make_model(config), TrainConfig(progress=False), device="cpu")
+                          share_embeddings=False, max_len=64, dropout=0.1)
+    t = Trainer(make_model(config), TrainConfig(warmup=10, progress=False, log_every=0), device="cpu")
     compilations = []
 
     def counting_backend(graph_module, example_inputs):
         compilations.append(len(graph_module.graph.nodes))
         return graph_module.forward
 
-    forward_loss = compile_forward_loss(t._forward_loss, backend=counting_backend)
-    shapes = set()
-    batches = [batch for epoch in range(8) for batch in epoch_batches(epoch)]
-    assert len(batches) >= 200
-    with torch.no_grad():
-        for batch in batches:
-            shapes.add((tuple(batch.src.shape), tuple(batch.tgt_in.shape)))
-            forward_loss(*batch.tensors())
-    assert len(shapes) >= 20  # many shapes ...
+    t.forward_loss = compile_forward_loss(t._forward_loss, backend=counting_backend)
+    first, shapes = parameters(t), set()
+    for batch in BatchSequence(encoded, list(by_shape.values())):
+        shapes.add((tuple(batch.src.shape), tuple(batch.tgt_in.shape)))
+        t.train_step([batch])
+    assert t.model.training and t.step == len(shapes)
+    assert max_difference(first, parameters(t)) > 0  # the steps trained the model
+    assert len(shapes) >= 200  # many shapes ...
     assert len(compilations) <= 2, compilations  # ... few graphs
 
 
@@ -681,7 +771,7 @@ def test_a_cooldown_resumes_exactly_and_ends_at_a_new_max_steps(tmp_path):
     first, _ = run(10, stop_at=5)
     path = first.save_checkpoint(tmp_path / "cut.pt")
     resumed, _ = run(10, resume_from=path)
-    assert max_difference(parameters(uninterrupted), parameters(resumed)) <= 1e-6
+    assert_identical(parameters(uninterrupted), parameters(resumed))
     # Trained longer than planned: the cooldown moves to the new end (40% of 14 steps: 6); the steps
     # before it are the paper's rate again.
     _, longer = run(14, resume_from=path)

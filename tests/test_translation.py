@@ -43,6 +43,15 @@ TINY = {
 }
 
 
+def assert_identical(model: torch.nn.Module, expected: torch.nn.Module) -> None:
+    """Bit for bit the same parameters (what an exactly resumed run must give)."""
+    state, expected_state = model.state_dict(), expected.state_dict()
+    assert state.keys() == expected_state.keys()
+    differing = {key: (state[key] - value).abs().max().item() for key, value in expected_state.items()
+                 if not torch.equal(state[key], value)}
+    assert not differing, f"{len(differing)} tensors differ: {dict(list(differing.items())[:3])}"
+
+
 def tiny_recipe(**overrides):
     return get_recipe("builtin", **{**TINY, "max_steps": 4, **overrides})
 
@@ -58,7 +67,7 @@ def trained(tmp_path_factory):
 
 
 def test_named_recipes_and_overrides():
-    assert set(RECIPES) == {"builtin", "multi30k", "base", "big"}
+    assert set(RECIPES) == {"builtin", "multi30k", "multi30k-gpu", "base", "big"}
     assert RECIPES["base"].d_model == 512 and RECIPES["base"].n_layers == 6 and RECIPES["base"].warmup == 4000
     assert RECIPES["big"].d_model == 1024 and RECIPES["big"].n_heads == 16 and RECIPES["big"].dropout == 0.3
     assert get_recipe("multi30k", max_steps=7).max_steps == 7
@@ -148,8 +157,17 @@ def test_an_interrupted_run_resumes_to_the_same_parameters(tmp_path):
         tiny_recipe(average_last=1, max_steps=2), tmp_path / "cut", device="cpu", progress=False
     )
     resumed = train_translation(tiny_recipe(average_last=1), tmp_path / "cut", device="cpu", progress=False)
-    for key, value in whole.model.state_dict().items():
-        torch.testing.assert_close(resumed.model.state_dict()[key], value, rtol=0, atol=1e-6)
+    assert_identical(resumed.model, whole.model)
+
+
+def test_the_builtin_recipe_learns_to_translate(tmp_path):
+    # The builtin recipe, cut from 600 steps to 250 (past its warmup of 150, the validation BLEU
+    # climbs from about 30 at step 150 to 81-93 at step 250 for seeds 0-3), its last checkpoint
+    # kept as the model. The whole recipe reaches about 98.
+    recipe = get_recipe("builtin", max_steps=250, checkpoint_every=250, average_last=1)
+    run = train_translation(recipe, tmp_path / "builtin", device="cpu", progress=False)
+    score = evaluate_bleu(Translator.load(run.run_dir, device="cpu"), builtin_corpus("val")[:200]).bleu
+    assert score >= 50, score
 
 
 def test_max_minutes_stops_training(tmp_path):
@@ -214,8 +232,7 @@ def test_a_clock_fitted_run_resumes_exactly(tmp_path, monkeypatch):
     resumed = train_translation(clock_fitted_recipe(), tmp_path / "cut", device="cpu", progress=False)
     assert (resumed.steps, resumed.fitted_last_step) == (10, 10)
     assert [r["lr"] for r in resumed.history] == pytest.approx([r["lr"] for r in whole.history])
-    for key, value in whole.model.state_dict().items():
-        torch.testing.assert_close(resumed.model.state_dict()[key], value, rtol=0, atol=1e-6)
+    assert_identical(resumed.model, whole.model)
 
 
 # --- the Translator ------------------------------------------------------------------------------

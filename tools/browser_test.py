@@ -19,8 +19,8 @@ browser cannot resolve any host name. A page fails when, once it has loaded and 
 - an nbdev directive (`#| export`, `#| default_exp ...`) is visible in a code block;
 - pydata-sphinx-theme's header bar shows across the top (with nothing but a second search field);
 - the numbering is wrong: chapter N's title, heading and sidebar entry must start with "N.", the
-  sidebar must number the chapters 1, 2, ... without a gap across parts, and the cover page must
-  have no number.
+  sidebar must number the chapters 1, 2, ... without a gap across parts, and the cover page and
+  the pages of unnumbered parts (the conclusion) must have no number.
 
 It prints one line per page and a total, and exits 1 when any page has a problem. check_page() is
 the core, used by tests/test_book.py on small hand-made pages to show the checks catch what they say.
@@ -258,7 +258,7 @@ def numbering_problems(data: dict, numbering: Numbering) -> list[str]:
     if numbering.number is None:
         for what, text in (("title", title), ("heading", heading)):
             if NUMBERED.match(text):
-                problems.append(f"the cover page's {what} has a number: {text!r}")
+                problems.append(f"this unnumbered page's {what} has a number: {text!r}")
     else:
         prefix = f"{numbering.number}. "
         for what, text in (("title", title), ("heading", heading)):
@@ -371,17 +371,23 @@ def browser(chromium: str = CHROMIUM) -> Iterator[object]:
 
 def book_pages(root: Path = ROOT, site: Path = SITE) -> list[tuple[Path, Numbering]]:
     """Every page _toc.yml lists, with the numbering it must show: the root (the cover, no number),
-    then the chapters of every part, numbered 1, 2, ... across parts."""
+    the chapters of the numbered parts, numbered 1, 2, ... across parts, and the pages of the
+    unnumbered parts (the conclusion, an appendix), without a number."""
     toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
-    chapters = [
-        chapter["file"]
-        for part in toc.get("parts", [{"chapters": toc.get("chapters", [])}])
-        for chapter in part.get("chapters", [])
-    ]
+    parts = toc.get("parts", [{"chapters": toc.get("chapters", []), "numbered": True}])
+
+    def files(numbered: bool) -> list[str]:
+        return [chapter["file"] for part in parts for chapter in part.get("chapters", [])
+                if (part.get("numbered") is True) == numbered]
+
+    chapters, others = files(True), files(False)
     pages = [(site / f"{Path(toc['root']).with_suffix('')}.html", Numbering(None, len(chapters)))]
     pages += [
         (site / f"{Path(file).with_suffix('')}.html", Numbering(number, len(chapters)))
         for number, file in enumerate(chapters, start=1)
+    ]
+    pages += [
+        (site / f"{Path(file).with_suffix('')}.html", Numbering(None, len(chapters))) for file in others
     ]
     return pages
 
