@@ -8,12 +8,12 @@ with `experiment`; the same commands on a laptop and, under torchrun, on many GP
 __all__ = ['CONFIGURATIONS', 'OPTION_NAMES', 'CHOICES', 'RECIPE_HELP', 'EXPERIMENTS', 'ARGUMENT_WORDING', 'resolve_checkpoints',
            'run_average', 'check_output', 'output_errors', 'on_the_way', 'describe_configuration', 'recipe_fields',
            'option_name', 'option_type', 'add_recipe_options', 'recipe_from_args', 'newest_step', 'corpus_options',
-           'what_was_trained', 'training_report', 'run_train', 'out_of_memory', 'high_loss', 'after_divergence',
-           'run_file', 'run_recipe', 'warn', 'load_translator', 'read_lines', 'from_stdin', 'read_sentences',
-           'read_input', 'decode_utf8', 'write_lines', 'input_warnings', 'run_translate', 'evaluation_data',
-           'run_evaluate', 'run_experiment', 'add_experiment_command', 'positive_int', 'device', 'add_train_command',
-           'add_decoding_options', 'add_translate_command', 'add_evaluate_command', 'build_parser', 'parse_arguments',
-           'command_line_message', 'main']
+           'what_was_trained', 'training_report', 'run_train', 'training_warnings', 'out_of_memory', 'high_loss',
+           'after_divergence', 'run_file', 'run_recipe', 'warn', 'load_translator', 'read_lines', 'from_stdin',
+           'read_sentences', 'read_input', 'decode_utf8', 'write_lines', 'input_warnings', 'run_translate',
+           'evaluation_data', 'run_evaluate', 'run_experiment', 'add_experiment_command', 'positive_int', 'device',
+           'add_train_command', 'add_decoding_options', 'add_translate_command', 'add_evaluate_command', 'build_parser',
+           'parse_arguments', 'command_line_message', 'main']
 
 # %% ../book/15_command_line.ipynb #eebb1041
 import argparse
@@ -37,8 +37,9 @@ from .data import CORPORA, DataError, corpus
 from .decoding import save_average
 from .distributed import init_distributed, shutdown_distributed
 from .tokenization import atomic_write_text
-from .training import TrainingDiverged, checkpoint_paths
-from .translation import RECIPES, RUN_INFO, InputWarning, Recipe, Translator
+from .training import DiskFullError, TrainingDiverged, checkpoint_paths
+from .translation import RECIPES, RUN_INFO, InputWarning, Recipe, TrainingWarning
+from .translation import Translator
 from .translation import check_device, evaluate_bleu, get_recipe, peek_extra
 from .translation import run_data_dir, train_translation
 from .variations import SCALES, results_table, run_variants, table3_variants
@@ -72,22 +73,28 @@ def resolve_checkpoints(sources: Sequence[Path], last: int) -> list[Path]:
 
 def run_average(args: argparse.Namespace) -> int:
     paths = resolve_checkpoints(args.checkpoints, args.last)
-    if args.output.resolve() in {path.resolve() for path in paths}:
-        raise ValueError(f"--output {args.output} is one of the checkpoints to average; write elsewhere")
-    check_output(args.output)
-    with output_errors(args.output):  # the average keeps the run's fingerprints and recipe
-        steps = save_average(paths, args.output, {"averaged_from": [str(path) for path in paths]})
-    print(f"averaged {len(paths)} checkpoints (steps {', '.join(map(str, steps))}) into {args.output}")
+    output = check_output(args.output, example="averaged.pt")
+    if output.resolve() in {path.resolve() for path in paths}:
+        raise ValueError(f"--output {output} is one of the checkpoints to average; write elsewhere")
+    with output_errors(output):  # the average keeps the run's fingerprints and recipe
+        steps = save_average(paths, output, {"averaged_from": [str(path) for path in paths]})
+    print(f"averaged {len(paths)} checkpoints (steps {', '.join(map(str, steps))}) into {output}")
     return 0
 
 
-def check_output(path: Path | None, option: str = "--output") -> None:
-    """Refuse, before any work, an output file that cannot be written: a directory, a path through
-    a file, or a folder without write permission (missing folders are created when writing)."""
-    if path is None:
-        return
+def check_output(name: str | None, option: str = "--output", example: str = "out.txt") -> Path | None:
+    """The output file `name` of `option` as a Path, refused before any work when it cannot be
+    written: a directory, a name that ends in a slash (a directory is meant, but which file?), a
+    path through a file, or a folder without write permission (missing folders are made when
+    writing). `example` is a file name to suggest."""
+    if name is None:
+        return None
+    path = Path(name)
     if path.is_dir():
         raise ValueError(f"{option} {path} is a directory: give the name of a file to write")
+    if str(name).endswith(tuple(filter(None, (os.sep, os.altsep)))):
+        raise ValueError(f"{option} {name} names a directory (it ends in {str(name)[-1]}): give the name of "
+                         f"a file to write, e.g. {path / example}")
     folder = path.absolute().parent
     while not folder.exists():
         folder = folder.parent
@@ -95,13 +102,17 @@ def check_output(path: Path | None, option: str = "--output") -> None:
         raise ValueError(f"{option} {path} cannot be written: {folder} is a file, not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {path} cannot be written: no permission to write in {folder}")
+    return path
 
 
 @contextlib.contextmanager
 def output_errors(path: Path, option: str = "--output") -> Iterator[None]:
-    """An OSError in writing `path` (or its temporary file) as one line that names `path`."""
+    """An OSError in writing `path` (or its temporary file) as one line that names `path`; a full
+    disk (DiskFullError, which names it already) with the option to write elsewhere."""
     try:
         yield
+    except DiskFullError as error:
+        raise error.advised(f"free some space on its disk, or give {option} a file on another disk") from None
     except OSError as error:
         places = [Path(str(name)).absolute() for name in (error.filename, error.filename2) if name]
         if not any(on_the_way(place, path.absolute()) for place in places):
@@ -298,9 +309,10 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         start_step = newest_step(run_dir)
         try:
-            run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
-                                    device=context.device, progress=not args.quiet, rank=context.rank,
-                                    world_size=context.world_size)
+            with training_warnings(args):
+                run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
+                                        device=context.device, progress=not args.quiet, rank=context.rank,
+                                        world_size=context.world_size)
         except TrainingDiverged as error:
             raise ValueError(f"{error}; {after_divergence(run_dir)}") from None
         except torch.OutOfMemoryError:
@@ -312,6 +324,24 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         shutdown_distributed()
     return 0
+
+
+@contextlib.contextmanager
+def training_warnings(args: argparse.Namespace) -> Iterator[None]:
+    """The training's warnings about its recipe (`TrainingWarning`) as warnings of the command, one
+    line each on standard error, as soon as they come (not after the training); others as usual."""
+    with warnings.catch_warnings():  # restores showwarning at the end
+        warnings.simplefilter("always", TrainingWarning)
+        show = warnings.showwarning
+
+        def show_now(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, TrainingWarning):
+                warn(args, command_line_message(message))
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show_now
+        yield
 
 
 def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
@@ -476,12 +506,12 @@ def input_warnings(args: argparse.Namespace) -> Iterator[None]:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    check_output(args.output)  # before the work, not after it
+    output = check_output(args.output, example="translations.txt")  # before the work, not after it
     sentences = None if from_stdin(args) else read_sentences(args)
     translator = load_translator(args, run_recipe(args))  # before waiting for standard input
     with input_warnings(args):
         translations = translator.translate(read_sentences(args) if sentences is None else sentences)
-    write_lines(translations, args.output)
+    write_lines(translations, output)
     return 0
 
 # %% ../book/15_command_line.ipynb #95e0aa92
@@ -497,7 +527,7 @@ def evaluation_data(args: argparse.Namespace) -> dict:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    check_output(args.output)
+    output = check_output(args.output, example="evaluation.json")
     recipe = run_recipe(args)
     translator = load_translator(args, recipe)
     name = args.corpus or recipe.get("corpus", "builtin")
@@ -512,13 +542,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
           f"alpha {translator.alpha}, translated in {result.seconds:.1f} s")
     print(f"BLEU             {result.bleu:6.2f}  {result.signature}")
     print(f"BLEU, lowercased {result.bleu_lowercase:6.2f}  {result.signature_lowercase}")
-    if args.output is not None:
+    if output is not None:
         report = {"checkpoint": str(args.checkpoint), "corpus": name, "split": args.split,
                   "beam_size": translator.beam_size, "alpha": translator.alpha, **result.summary(),
                   "hypotheses": result.hypotheses}
-        with output_errors(args.output):
-            atomic_write_text(args.output, json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-        print(f"scores and translations written to {args.output}")
+        with output_errors(output):
+            atomic_write_text(output, json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+        print(f"scores and translations written to {output}")
     return 0
 
 # %% ../book/15_command_line.ipynb #256884bb
@@ -646,7 +676,7 @@ def add_translate_command(commands) -> None:
     translate.add_argument("sentences", nargs="*", metavar="SENTENCE", help="German sentences to translate")
     translate.add_argument("--input", "-i", type=Path, metavar="FILE",
                            help="a UTF-8 file of German sentences, one per line ('-': standard input)")
-    translate.add_argument("--output", "-o", type=Path, metavar="FILE",
+    translate.add_argument("--output", "-o", metavar="FILE",
                            help="write the translations to FILE (default: standard output)")
     translate.set_defaults(handler=run_translate)
 
@@ -667,7 +697,7 @@ def add_evaluate_command(commands) -> None:
                           help="a folder that holds the Multi30k files, instead of the cache")
     evaluate.add_argument("--no-download", action="store_true", help="never download the test set")
     evaluate.add_argument("--limit", type=positive_int, metavar="N", help="score the first N sentences only")
-    evaluate.add_argument("--output", "-o", type=Path, metavar="FILE",
+    evaluate.add_argument("--output", "-o", metavar="FILE",
                           help="write the scores, signatures and translations to FILE as JSON")
     evaluate.set_defaults(handler=run_evaluate)
 
@@ -702,7 +732,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with a directory: how many of its newest checkpoints to average (default 5, as §6.1)",
     )
     average.add_argument(
-        "--output", "-o", type=Path, required=True, help="where to write the averaged checkpoint"
+        "--output", "-o", required=True, help="where to write the averaged checkpoint"
     )
     average.set_defaults(handler=run_average)
     return parser
@@ -733,6 +763,8 @@ ARGUMENT_WORDING = (
     (", or cache_dir=)", ")"),
     ("(or None: no clipping)", "(leave it out for no clipping)"),
     ("(or None: no time limit)", "(inf: no time limit)"),
+    ("run the same training again", "run the same command again"),
+    ("in a new run directory", "in a new --run-dir"),
 )
 
 

@@ -10,11 +10,14 @@ __all__ = ['CACHE_ENV', 'MULTI30K_BASE_URL', 'MULTI30K_SPLITS', 'LANGUAGES', 'MU
            'builtin_corpus', 'corpus']
 
 # %% ../book/11_data.ipynb #e851f361
+import contextlib
+import errno
 import gzip
 import hashlib
 import http.client
 import os
 import random
+import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -52,11 +55,13 @@ def _download(url: str, destination: Path, sha256: str | None, timeout: float, a
     """download_file, with `advice` (what to do) ending every error message."""
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".part", dir=destination.parent)
+        _remove_partial_downloads(destination)
+        fd, name = tempfile.mkstemp(prefix=f".{destination.name}.{os.getpid()}.", suffix=".part",
+                                    dir=destination.parent)
     except OSError as error:
-        raise DataError(f"cannot write to {destination.parent}: {error}. Choose a folder you can write "
-                        f"to (for the data cache: the environment variable {CACHE_ENV}, or "
-                        f"cache_dir=).") from error
+        raise (_disk_full(destination, error) or DataError(
+            f"cannot write to {destination.parent}: {error}. Choose a folder you can write to (for the data "
+            f"cache: the environment variable {CACHE_ENV}, or cache_dir=).")) from error
     temporary = Path(name)
 
     def failure(reason: str) -> DataError:
@@ -75,8 +80,8 @@ def _download(url: str, destination: Path, sha256: str | None, timeout: float, a
             raise failure(f"the server answered HTTP {error.code} ({error.reason})") from error
         except urllib.error.URLError as error:
             raise failure(f"{error.reason}") from error
-        except (OSError, http.client.HTTPException) as error:  # timeouts, resets, bad responses
-            raise failure(f"{error!r}") from error
+        except (OSError, http.client.HTTPException) as error:  # timeouts, resets, bad responses; a full disk
+            raise (_disk_full(destination, error) or failure(f"{error!r}")) from error
         if announced is not None and announced.isdigit() and received != int(announced):
             raise failure(f"the transfer was interrupted after {received:,} of {int(announced):,} bytes")
         if sha256 is not None and digest.hexdigest() != sha256.lower():
@@ -103,6 +108,49 @@ def download_file(
     advice = (f"Check the network connection and try again, or download the file some other way and "
               f"save it as {destination}.")
     return _download(url, destination, sha256, timeout, advice)
+
+# %% ../book/11_data.ipynb #8f9b52a4
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # no space left; quota used up
+
+
+def _disk_full(destination: Path, error: BaseException) -> DataError | None:
+    """The DataError to raise when `error` is a full disk (or a used-up quota); None otherwise."""
+    if not (isinstance(error, OSError) and error.errno in _DISK_FULL):
+        return None
+    return DataError(
+        f"the disk is full: {destination} could not be written ({error.strerror}). Nothing was saved. Free "
+        f"some space on the disk of {destination.parent}, or keep the data on another disk (for the data "
+        f"cache: the environment variable {CACHE_ENV}, or cache_dir=)."
+    )
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` is alive. POSIX only; elsewhere False (Windows does not delete a file
+    that a running process holds open, so trying is safe there)."""
+    if os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0 sends nothing: it only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, and belongs to another user
+        return True
+    return True
+
+
+def _remove_partial_downloads(destination: Path) -> list[Path]:
+    """Delete the temporary files (`.NAME.PID.XXXXXXXX.part`) that interrupted downloads of
+    `destination` left, except those of processes still running; returns what was removed."""
+    pattern = re.escape(f".{destination.name}.") + r"(?:(\d+)\.)?[a-z0-9_]+\.part"
+    removed = []
+    for path in destination.parent.iterdir():
+        match = re.fullmatch(pattern, path.name)
+        if match is None or (match[1] is not None and _running(int(match[1]))):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
 
 # %% ../book/11_data.ipynb #7809101f
 MULTI30K_BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"

@@ -26,6 +26,7 @@ import torch
 
 from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch
 from .distributed import shard_batches
+from .training import DiskFullError, disk_full
 
 # %% ../book/12_tokenization.ipynb #ad4f37b5
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # at indices PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -36,7 +37,8 @@ class VocabularyError(ValueError):
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write `text` to `path` through a temporary file and `os.replace`: never a half-written file."""
+    """Write `text` to `path` through a temporary file and `os.replace`: never a half-written file.
+    A full disk removes the temporary file and raises `DiskFullError` (chapter 9), naming `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # open() rather than mkstemp(): the file gets the usual permissions (umask), not owner-only.
@@ -47,8 +49,11 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        full = disk_full(error)
+        if full is not None:
+            raise DiskFullError(path, full.errno) from error
         raise
     return path
 

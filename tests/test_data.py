@@ -5,12 +5,17 @@ serves small fake files from tmp_path, and the pinned hashes are replaced with t
 (`checksums=`).
 """
 
+import errno
 import functools
 import gzip
 import hashlib
 import http.server
+import io
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -182,6 +187,49 @@ def test_unreachable_server_says_where_to_put_the_files(closed_port_url, tmp_pat
     assert str(cache) in message and "root=" in message
     assert files_in(cache) == []
 
+
+
+class FullFile(io.FileIO):
+    """A file on a disk with `room` bytes left for it: a larger write fails with ENOSPC."""
+
+    room = 1000
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(data)
+
+
+def test_a_full_disk_while_downloading_says_so_and_saves_nothing(server, tmp_path, monkeypatch):
+    served, base_url = server
+    (served / "train.de.gz").write_bytes(bytes(200_000))
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullFile(fd, "wb"))  # the downloads' temporary file
+    destination = tmp_path / "cache" / "train.de.gz"
+    with pytest.raises(DataError) as info:
+        download_file(base_url + "train.de.gz", destination)
+    assert str(info.value) == (
+        f"the disk is full: {destination} could not be written (No space left on device). Nothing was "
+        f"saved. Free some space on the disk of {destination.parent}, or keep the data on another disk "
+        f"(for the data cache: the environment variable {CACHE_ENV}, or cache_dir=)."
+    )
+    assert files_in(tmp_path / "cache") == []
+
+
+def test_partial_downloads_of_dead_processes_are_removed_when_a_download_starts(server, tmp_path):
+    served, base_url = server
+    (served / "train.de.gz").write_bytes(b"the file")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # the id of a process that has ended
+    left = [f".train.de.gz.{dead}.k3j_9x2a.part", ".train.de.gz.a8f3kq0z.part"]  # killed; an older name
+    running = f".train.de.gz.{os.getppid()}.q1w2e3r4.part"  # another download, still going on
+    others = [running, ".val.de.gz.123.abcdefgh.part", ".train.de.12.abcdefgh.part", "notes.part"]
+    for name in left + others:
+        (cache / name).write_bytes(b"part of a file")
+    download_file(base_url + "train.de.gz", cache / "train.de.gz")
+    assert files_in(cache) == sorted(["train.de.gz", *others])
 
 # --- Multi30k: the cache --------------------------------------------------------------------------
 

@@ -407,8 +407,8 @@ def test_other_files_are_refused_clearly(tmp_path):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not an annotated-transformer checkpoint"):
         read_checkpoint(tmp_path / "other.pt")
-    (tmp_path / "text.pt").write_text("hello")
-    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+    (tmp_path / "text.pt").write_text("hello")  # never a checkpoint: not called damaged
+    with pytest.raises(CheckpointError, match="is not a checkpoint: it does not begin as the files of torch"):
         read_checkpoint(tmp_path / "text.pt")
 
 
