@@ -19,7 +19,7 @@ PIP_FLAGS := $(if $(CI),--progress-bar off,)
 # The book: warnings are errors (-W), missing references too (-n); --all re-reads every page, so that
 # a warning in a page unchanged since the last build is not skipped.
 BOOK_FLAGS := -W -n --keep-going --all
-LINT_PATHS := book annotated_transformer tests tools benchmarks
+LINT_PATHS := book annotated_transformer tests tools benchmarks experiments
 
 .DEFAULT_GOAL := help
 .PHONY: help setup main test lint unit nbval book browser-test bench export notebooks clean distclean test-cpus

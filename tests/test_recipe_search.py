@@ -1,11 +1,11 @@
-"""The recipe searches' helpers (tools/cpu_recipe_search.py, tools/gpu_recipe_search.py): what counts as a
-run-on translation, and how many steps a candidate gets."""
+"""The recipe searches' helpers (experiments/cpu_recipe_search.py, experiments/gpu_recipe_search.py):
+what counts as a run-on translation, and how many steps a candidate gets."""
 
 import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
 
 import cpu_recipe_search
 import gpu_recipe_search

@@ -1,13 +1,13 @@
 """The search behind the `multi30k` recipe (chapter 13): short runs at the budget a 30-minute run on
 two CPU cores gets, scored on the validation set only (never on a test set).
 
-    python tools/cpu_recipe_search.py                # train what is missing, then score every run
-    python tools/cpu_recipe_search.py --score-only   # only score the runs that are there
-    python tools/cpu_recipe_search.py --runs word-p0.3 bpe-p0.1   # some of the candidates
-    python tools/cpu_recipe_search.py --at-step 1000 # every candidate greedily, at the same step
-    python tools/cpu_recipe_search.py --tune-decoding runs/search/word-p0.1   # average_last, alpha
-    python tools/cpu_recipe_search.py --thirty-minutes cooldown-0.32  # a whole 30-minute run, 2 threads
-    python tools/cpu_recipe_search.py --cooldown-stage cooldown-p0.2 cooldown-bpe   # the third stage
+    python experiments/cpu_recipe_search.py                # train what is missing, then score every run
+    python experiments/cpu_recipe_search.py --score-only   # only score the runs that are there
+    python experiments/cpu_recipe_search.py --runs word-p0.3 bpe-p0.1   # some of the candidates
+    python experiments/cpu_recipe_search.py --at-step 1000 # every candidate greedily, at the same step
+    python experiments/cpu_recipe_search.py --tune-decoding runs/search/word-p0.1   # average_last, alpha
+    python experiments/cpu_recipe_search.py --thirty-minutes cooldown-0.32  # a whole 30-minute run, 2 threads
+    python experiments/cpu_recipe_search.py --cooldown-stage cooldown-p0.2 cooldown-bpe   # the third stage
 
 Every candidate trains for the same number of optimizer steps (`--steps`, what a 30-minute run of
 the recipe reaches on two cores) with the same batches of up to 4,000 padded tokens, one thread per
@@ -41,7 +41,7 @@ the clock) at the recipe's rate, at lower ones, and with longer warmups that kee
 The sixth changes today's recipe once more, on the same machine: `--thirty-minutes
 bpe4000-tokens1000-warmup3200-lr1.3 bpe4000-tokens1000-warmup3200-lr1.0-p0.0
 bpe4000-tokens1000-warmup3200-lr1.0-p0.2`, a higher peak rate, no dropout and more dropout.
-The seventh confirms on the CPU what `tools/gpu_recipe_search.py` found on a GPU at the steps of
+The seventh confirms on the CPU what `experiments/gpu_recipe_search.py` found on a GPU at the steps of
 30 CPU minutes: `--thirty-minutes bpe4000-tokens1000-warmup3200-lr1.0-L2`, two layers instead of
 three.
 Beam scores use the α of the run's recipe (recorded as "alpha").
@@ -163,7 +163,7 @@ THIRTY_MINUTE_CANDIDATES = {
     # training sentences far better than the validation ones (cross-entropy 0.97 against 1.58):
     # more dropout, as the paper's big model has (Table 3).
     "bpe4000-tokens1000-warmup3200-lr1.0-p0.2": [*WARMUP3200_RECIPE, "--dropout", "0.2"],
-    # The seventh stage: the best of tools/gpu_recipe_search.py (changes to the recipe at the steps
+    # The seventh stage: the best of experiments/gpu_recipe_search.py (changes to the recipe at the steps
     # their 30 CPU minutes reach, on a GPU): two layers instead of three.
     "bpe4000-tokens1000-warmup3200-lr1.0-L2": [*WARMUP3200_RECIPE, "--layers", "2"],
     # Half of that batch again, at a rate between the two best at 1,000 tokens.

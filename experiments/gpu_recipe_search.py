@@ -1,8 +1,8 @@
 """Changes to the `multi30k` recipe compared on one GPU at the budget of a 30-minute run on two CPU
 cores, scored on the validation set only (never on a test set). Chapter 13's search, on a GPU.
 
-    python tools/gpu_recipe_search.py --data-dir DIR --base-steps 5000
-    python tools/gpu_recipe_search.py --data-dir DIR --device cpu --base-steps 20 --limit 20 \
+    python experiments/gpu_recipe_search.py --data-dir DIR --base-steps 5000
+    python experiments/gpu_recipe_search.py --data-dir DIR --device cpu --base-steps 20 --limit 20 \
         --runs recipe enc5-dec1 --run-root /tmp/smoke --out /tmp/smoke.json   # a smoke test (minutes)
 
 A GPU trains these small models far faster than two CPU cores, but what transfers from it to the
@@ -16,7 +16,7 @@ ends when the time does. Every run is float32 (TF32 matrix products on the GPU),
 (the recipe's α) from the average of its last 3 checkpoints (model.pt), and greedily from the same.
 
 The winner is not the recipe until a whole 30-minute run on the CPU confirms it on the validation
-set (`tools/cpu_recipe_search.py --thirty-minutes`).
+set (`experiments/cpu_recipe_search.py --thirty-minutes`).
 """
 
 import argparse
