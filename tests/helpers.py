@@ -5,6 +5,7 @@ Mask conventions differ: ours are bool with True = *may attend*; PyTorch's bool 
 True = *blocked*. The ``torch_*`` helpers convert ours into PyTorch's.
 """
 
+import pytest
 import torch
 from torch import Tensor, nn
 
@@ -104,3 +105,14 @@ def set_fused(model: nn.Module, fused: bool) -> None:
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.fused = fused
+
+
+def fails(capsys, main, *argv) -> str:
+    """Run a command of `main` that must fail: exit status 2 and an error without a traceback;
+    returns it (argparse's own errors come after its usage lines)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(argument) for argument in argv])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert "Traceback" not in error, error
+    return error

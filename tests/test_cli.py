@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import helpers
 import pytest
 import torch
 from helpers import small_config
@@ -123,13 +124,7 @@ def run(tmp_path_factory):
 
 
 def fails(capsys, *argv) -> str:
-    """Run a command that must fail: exit status 2 and one line of error; returns that line."""
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(argument) for argument in argv])
-    assert exit_info.value.code == 2
-    error = capsys.readouterr().err.strip()
-    assert "Traceback" not in error
-    return error
+    return helpers.fails(capsys, main, *argv)
 
 
 def test_train_writes_a_finished_run_and_says_how_to_use_it(run, capsys):

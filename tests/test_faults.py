@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
 
@@ -102,12 +103,9 @@ def new_run(run, tmp_path, name: str = "new") -> Path:
 
 
 def fails(capsys, *argv) -> str:
-    """Run a command that must fail: exit status 2 and one line of error; returns that line."""
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(argument) for argument in argv])
-    assert exit_info.value.code == 2
-    error = capsys.readouterr().err.strip()
-    assert "Traceback" not in error and "\n" not in error, error
+    """The command's error: one line, for every fault here."""
+    error = helpers.fails(capsys, main, *argv)
+    assert "\n" not in error, error
     return error
 
 
