@@ -259,7 +259,7 @@ RECIPES: dict[str, Recipe] = {
         lr_factor=1.0,
         cooldown=0.32,
         checkpoint_every=200,
-        average_last=3,
+        average_last=5,
         alpha=1.4,
         max_minutes=5.0,
     ),

@@ -384,6 +384,8 @@ def main(argv=None) -> dict:
             results["recipe"].append(recipe_row(args, device, recipe_data, *spec))
         if args.out is not None:
             atomic_write_text(args.out, json.dumps(results, indent=1) + "\n")
+    if args.out is not None and results["left_out"]:  # rows left out after the last one written
+        atomic_write_text(args.out, json.dumps(results, indent=1) + "\n")
     summarize(results)
     return results
 

@@ -29,9 +29,12 @@ def test_the_gpu_benchmark_runs_every_row_in_tiny_mode(capsys, tmp_path):
 
 
 def test_the_gpu_benchmark_leaves_out_the_rows_past_its_time(tmp_path):
-    results = gpu_training.main(["--tiny", "--device", "cpu", "--only", "base", "--minutes", "0"])
+    out = tmp_path / "bench.json"
+    results = gpu_training.main(["--tiny", "--device", "cpu", "--only", "base", "--minutes", "0",
+                                 "--out", str(out)])
     assert results["base"] == [] and results["recipe"] == []
     assert results["left_out"][0] == ["base", "bf16", False, "ours"] and len(results["left_out"]) == 8
+    assert json.loads(out.read_text())["left_out"] == results["left_out"]  # the file says so too
 
 
 def test_mfu_uses_the_named_peak():

@@ -47,6 +47,21 @@ def test_the_search_stage_runs_in_tiny_mode(tmp_path):
     assert first["cross"].shape[-2:] == (len(first["target_tokens"]), len(first["source_tokens"]))
 
 
+def test_the_final_stage_trains_the_choice_alone_and_keeps_the_search(tmp_path):
+    out, runs = tmp_path / "out", str(tmp_path / "runs")
+    gpu_finale.main(["search", "--tiny", "--run-root", runs, "--out", str(out)])
+    search = (out / "search.json").read_text()
+    gpu_finale.main(["final", "--tiny", "--run-root", str(tmp_path / "final"), "--out", str(out),
+                     "--copy-to", str(tmp_path / "copy")])
+    final = json.loads((out / "final.json").read_text())
+    assert (out / "search.json").read_text() == search  # the search's report is left as it was
+    assert final["candidate"] == json.loads(search)["chosen"] and final["side_by_side"] == 1
+    assert (out / "final_search.json").exists() and (tmp_path / "copy" / "gpu_results.tgz").exists()
+    with pytest.raises(SystemExit):
+        other = next(name for name in gpu_finale.CANDIDATES if name != final["candidate"])
+        gpu_finale.parse_args(["final", "--tiny", "--out", str(out), "--candidates", other])
+
+
 def test_history_is_thinned_to_a_bound_and_keeps_the_last_step():
     history = [{"step": i} for i in range(1, 1002)]
     kept = gpu_finale.thinned(history, 100)
@@ -58,10 +73,12 @@ def test_the_registered_gpu_recipe_is_the_one_the_search_chose():
     assert RECIPES["multi30k-gpu"] == Recipe(**final["recipe"])
     scored = [c for c in search["candidates"] if "val_beam" in c]
     assert final["candidate"] == search["chosen"] == max(scored, key=lambda c: c["val_beam"])["name"]
-    choice = search["choice"]
-    assert choice == max(search["decoding"], key=lambda row: row["val_beam"])
+    assert search["choice"] == max(search["decoding"], key=lambda row: row["val_beam"])
+    # The final run (the choice, trained again alone) chose its own decoding on validation.
+    choice = max(final["decoding"], key=lambda row: row["val_beam"])
     recipe = final["recipe"]
     assert (recipe["average_last"], recipe["alpha"]) == (choice["averaged"], choice["alpha"])
+    assert final["side_by_side"] == 1 and final["val_beam"] == choice["val_beam"]
     trained = gpu_finale.candidate_recipe(search["chosen"], gpu_finale.parse_args(["search"]))
     chosen = dataclasses.asdict(trained)
     changed = {k for k in chosen if chosen[k] != final["recipe"][k]}

@@ -3,6 +3,7 @@ small result files under annotated_transformer/results/gpu/ (package data, so th
 that shows them runs wherever the package is installed; never model weights).
 
     python tools/gpu_finale.py search --data-dir DIR   # candidates side by side; the choice, on test
+    python tools/gpu_finale.py final --data-dir DIR    # the search's choice trained again, alone
     python tools/gpu_finale.py bench --data-dir DIR    # benchmarks/gpu_training.py alone on the GPU
     python tools/gpu_finale.py tests                   # the GPU test suite (pytest -m gpu), its report
     python tools/gpu_finale.py all --data-dir DIR --copy-to "$OUT" --deadline 570
@@ -18,6 +19,11 @@ The best is chosen on the validation set; for it alone, the number of checkpoint
 length penalty α are chosen on the validation set too; then, and only then, it is scored on
 test_2016_flickr. The chosen run is the final one: its history, validation curve, test scores and
 translations, and the attention weights of a few test sentences are what chapter 19 shows.
+
+**final.** The search's choice (search.json's `chosen`) trained again, alone on the GPU, for the same
+minutes, and scored as the search scores its choice (decoding chosen on validation, then test once).
+It writes final.json and the files beside it, not search.json: the chapter then shows a run that had
+the GPU to itself, and the search that chose its recipe.
 
 Files (in `--out`): search.json (every candidate, the decoding choice, the choice), final.json (the
 chosen run: recipe, hardware, speed, the BLEU table), history.json and validation.json (its curves),
@@ -276,10 +282,11 @@ def thinned(history: list[dict], points: int) -> list[dict]:
     return kept if not history or kept[-1] is history[-1] else [*kept, history[-1]]
 
 
-def search(args: argparse.Namespace) -> dict:
+def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
     """Train the candidates, choose on validation, score the choice on test; each result file is
     written as soon as it is known, so that a failure late in the stage keeps what came before."""
     started = time.monotonic()
+    report_path = args.out / report_name
     args.out.mkdir(parents=True, exist_ok=True)
     status = train_candidates(args)
     results = candidate_results(args, status)
@@ -292,7 +299,7 @@ def search(args: argparse.Namespace) -> dict:
         "side_by_side": len(args.candidates),
         "candidates": list(results.values()),
     }
-    write_json(args.out / "search.json", report)
+    write_json(report_path, report)
     if not scored:
         raise SystemExit("no candidate finished: see the logs in " + str(args.run_root))
     best = max(scored, key=lambda r: r["val_beam"])
@@ -304,7 +311,7 @@ def search(args: argparse.Namespace) -> dict:
     report["decoding"] = tune_decoding(run_dir, recipe, val_pairs, args)
     choice = max(report["decoding"], key=lambda row: row["val_beam"])  # of equals, the first: fewer, lower α
     report["choice"] = choice
-    write_json(args.out / "search.json", report)
+    write_json(report_path, report)
     history = json.loads((run_dir / "history.json").read_text())
     write_json(args.out / "history.json", thinned(history, HISTORY_POINTS), indent=None)
     write_json(args.out / "validation.json", best["validation"])
@@ -320,13 +327,14 @@ def search(args: argparse.Namespace) -> dict:
         "train": {k: best[k] for k in ("parameters", "steps", "minutes", "steps_per_s", "target_tokens_per_s",
                                        "epochs", "fitted_last_step")},
         "val_beam": choice["val_beam"],
+        "decoding": report["decoding"],
         "test": test_rows,
     }
     write_json(args.out / "final.json", final)
     write_json(args.out / "translations.json", translations)
     keep_attention(run_dir, recipe, choice, test_pairs, args.out / "attention.pt", args)
     report["wall_minutes"] = round((time.monotonic() - started) / 60, 2)
-    write_json(args.out / "search.json", report)
+    write_json(report_path, report)
     print(f"test BLEU of {best['name']} (average of {choice['averaged']}, beam 4, α {choice['alpha']}): "
           f"{test_rows[0]['bleu']:.2f}", flush=True)
     return report
@@ -404,7 +412,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("stage", choices=("search", "bench", "tests", "all", "train-one"))
+    parser.add_argument("stage", choices=("search", "final", "bench", "tests", "all", "train-one"))
     parser.add_argument("name", nargs="?", help="train-one: the candidate")
     parser.add_argument("--data-dir", help="a folder with the Multi30k files (never downloads)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -422,6 +430,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, default=570, help="all: seconds for every stage")
     parser.add_argument("--tiny", action="store_true", help="a small CPU run of the search (seconds)")
     args = parser.parse_args(argv)
+    if args.stage == "final":
+        chosen = json.loads((args.out / "search.json").read_text())["chosen"]
+        if args.candidates not in (None, [chosen]):
+            parser.error(f"final trains the search's choice, {chosen}, alone")
+        args.candidates = [chosen]
     if args.candidates is None:
         args.candidates = ["recipe", "p0.2"] if args.tiny else list(CANDIDATES)
     if args.wait_minutes is None:
@@ -439,6 +452,12 @@ def main(argv=None) -> int:
         return train_one(args)
     if args.stage == "search":
         search(args)
+        return 0
+    if args.stage == "final":
+        try:
+            search(args, report_name="final_search.json")
+        finally:
+            copy_results(args)
         return 0
     if args.stage == "bench":
         status = bench(args, minutes=args.bench_minutes)
