@@ -64,7 +64,7 @@ _all_ = [
 # %% ../book/01_introduction.ipynb #9c3c8e36
 from .batching import BOS, EOS, PAD, UNK, Batch, TokenBatchSampler
 from .batching import batch_by_sentences, batch_by_tokens, copy_task, make_batch
-from .batching import padding_stats
+from .batching import padding_stats, shard_batches
 from .optimizer import make_optimizer, rate
 from .regularization import LabelSmoothingLoss, perplexity, smoothed_distribution
 from .regularization import token_nll
@@ -124,7 +124,7 @@ from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_r
 from .translation import attention_maps, plot_attention, train_translation
 from .translation import InputWarning, TranslationInfo
 from .distributed import DistributedContext, DistributedTokenBatchSampler
-from .distributed import init_distributed, shard_batches, shutdown_distributed
+from .distributed import init_distributed, shutdown_distributed
 
 _all_ += [
     # §5.1 and §6.1 on real data: corpora, vocabularies, translation, many GPUs

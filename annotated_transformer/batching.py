@@ -6,12 +6,13 @@ batches and masks the model consumes, batching by token count, and a synthetic c
 
 # %% auto #0
 __all__ = ['PAD', 'BOS', 'EOS', 'UNK', 'Batch', 'make_batch', 'batch_by_tokens', 'batch_by_sentences', 'padding_stats',
-           'TokenBatchSampler', 'copy_task']
+           'TokenBatchSampler', 'shard_batches', 'copy_task']
 
 # %% ../book/06_batching.ipynb #f6df5c43
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -240,6 +241,30 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
 
     def __len__(self) -> int:
         return self._n_batches
+
+# %% ../book/06_batching.ipynb #83475450
+_T = TypeVar("_T")
+
+
+def shard_batches(batches: Sequence[_T], rank: int, world_size: int) -> list[_T]:
+    """This rank's share of one epoch's batches: `batches[rank::world_size]`, cut to
+    `len(batches) // world_size` so that every rank gets as many (the last < world_size batches
+    are dropped).
+
+    Every rank must pass the same list, the same seeded `batch_by_tokens(..., seed=, epoch=)`.
+    At step j the ranks hold batches j*k .. j*k + k - 1 of it: a step on k ranks sees what one
+    process sees with `accumulate=k`.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
+    if 0 < len(batches) < world_size:
+        raise ValueError(
+            f"{len(batches)} batches cannot be shared by {world_size} ranks: every rank needs at least "
+            f"one; use a smaller max_tokens or more data"
+        )
+    return list(batches[rank::world_size][: len(batches) // world_size])
 
 # %% ../book/06_batching.ipynb #c4a29d69
 def copy_task(

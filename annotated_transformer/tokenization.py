@@ -24,8 +24,7 @@ from typing import Any, Literal
 
 import torch
 
-from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch
-from .distributed import shard_batches
+from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch, shard_batches
 from .training import DiskFullError, disk_full
 
 # %% ../book/12_tokenization.ipynb #ad4f37b5
