@@ -137,8 +137,10 @@ bench: setup
 # --- authoring ----------------------------------------------------------------------------------
 # The notebooks in book/ are the source; annotated_transformer/ is generated from them.
 
+# nbdev imports the export processor that pyproject.toml names (tools/nbdev_modules.py), which lets a
+# chapter export modules of its own with `#| export NAME`: the repository goes on PYTHONPATH.
 export: setup
-	$(BIN)/nbdev-export
+	PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(BIN)/nbdev-export
 
 notebooks: export
 	$(BIN)/python tools/execute_notebooks.py

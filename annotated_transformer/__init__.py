@@ -120,9 +120,10 @@ from .data import DataError, builtin_corpus, corpus, multi30k
 from .tokenization import BPE, SpacyTokenizer, TextEncoder, Vocab, Vocabularies
 from .tokenization import VocabularyError, build_vocab_from_iterator, build_vocabularies
 from .tokenization import cached_encode_pairs, detokenize, encode_pairs, token_batches
-from .translation import RECIPES, Recipe, Translator, bleu, evaluate_bleu, get_recipe
-from .translation import attention_maps, plot_attention, train_translation
-from .translation import InputWarning, TranslationInfo
+from .recipes import RECIPES, Recipe, get_recipe
+from .translator import InputWarning, TranslationInfo, Translator, bleu, evaluate_bleu
+from .translation import train_translation
+from .attention_plots import attention_maps, plot_attention
 from .distributed import DistributedContext, DistributedTokenBatchSampler
 from .distributed import init_distributed, shutdown_distributed
 

@@ -7,13 +7,13 @@ with `experiment`; the same commands on a laptop and, under torchrun, on many GP
 # %% auto #0
 __all__ = ['CONFIGURATIONS', 'OPTION_NAMES', 'CHOICES', 'RECIPE_HELP', 'EXPERIMENTS', 'ARGUMENT_WORDING', 'resolve_checkpoints',
            'run_average', 'check_output', 'output_errors', 'on_the_way', 'describe_configuration', 'recipe_fields',
-           'option_name', 'option_type', 'add_recipe_options', 'recipe_from_args', 'newest_step', 'corpus_options',
-           'what_was_trained', 'training_report', 'run_train', 'training_warnings', 'out_of_memory', 'high_loss',
-           'after_divergence', 'run_file', 'run_recipe', 'warn', 'load_translator', 'read_lines', 'from_stdin',
-           'read_sentences', 'read_input', 'decode_utf8', 'write_lines', 'input_warnings', 'run_translate',
-           'evaluation_data', 'run_evaluate', 'run_experiment', 'add_experiment_command', 'positive_int', 'device',
-           'add_train_command', 'add_decoding_options', 'add_translate_command', 'add_evaluate_command', 'build_parser',
-           'parse_arguments', 'command_line_message', 'main']
+           'option_name', 'option_type', 'add_recipe_options', 'recipe_from_args', 'corpus_options', 'what_was_trained',
+           'training_report', 'run_train', 'training_warnings', 'out_of_memory', 'high_loss', 'after_divergence',
+           'run_recipe', 'warn', 'load_translator', 'read_lines', 'from_stdin', 'read_sentences', 'read_input',
+           'decode_utf8', 'write_lines', 'input_warnings', 'run_translate', 'evaluation_data', 'run_evaluate',
+           'run_experiment', 'add_experiment_command', 'positive_int', 'device', 'add_train_command',
+           'add_decoding_options', 'add_translate_command', 'add_evaluate_command', 'build_parser', 'parse_arguments',
+           'command_line_message', 'main']
 
 # %% ../book/15_command_line.ipynb #eebb1041
 import argparse
@@ -38,10 +38,11 @@ from .decoding import save_average
 from .distributed import init_distributed, shutdown_distributed
 from .tokenization import atomic_write_text
 from .training import DiskFullError, TrainingDiverged, checkpoint_paths
-from .translation import RECIPES, RUN_INFO, InputWarning, Recipe, TrainingWarning
-from .translation import Translator
-from .translation import check_device, evaluate_bleu, get_recipe, peek_extra
-from .translation import run_data_dir, train_translation
+from .recipes import RECIPES, Recipe, get_recipe
+from .hardware import check_device
+from .run_directory import RunDirectory, peek_extra, run_data_dir
+from .translator import InputWarning, Translator, evaluate_bleu
+from .translation import TrainingWarning, train_translation
 from .variations import SCALES, results_table, run_variants, table3_variants
 from .layer_norm import layer_norm_variants
 
@@ -240,13 +241,6 @@ def recipe_from_args(args: argparse.Namespace) -> Recipe:
         raise ValueError(message) from None
 
 # %% ../book/15_command_line.ipynb #aaf86658
-def newest_step(run_dir: Path) -> int:
-    """The step of the newest checkpoint in a run directory, 0 when there is none."""
-    directory = run_dir / "checkpoints"
-    paths = checkpoint_paths(directory) if directory.is_dir() else []
-    return int(paths[-1].stem.removeprefix("step_")) if paths else 0
-
-
 def corpus_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of `corpus()` from --data-dir and --no-download."""
     options = {"download": not args.no_download}
@@ -284,16 +278,15 @@ def what_was_trained(run, start_step: int) -> list[str]:
 
 def training_report(run, start_step: int) -> str:
     """What a finished `train` prints: what it did, where the model is, how to use it."""
-    run_dir = run.run_dir
+    files = RunDirectory(run.run_dir)
     lines = what_was_trained(run, start_step)
     if run.history:
         lines.append(f"last training loss {run.history[-1]['loss']:.3f} (label-smoothed, §5.4)")
-    steps = [path.stem.removeprefix("step_").lstrip("0") for path in
-             checkpoint_paths(run_dir / "checkpoints")[-run.recipe.average_last :]]
-    place = shlex.quote(str(run_dir))
+    steps = [str(files.step_of(path)) for path in files.checkpoint_paths()[-run.recipe.average_last :]]
+    place = shlex.quote(str(run.run_dir))
     lines += [
-        f"model:      {run.model_path} (the average of the checkpoints of steps {', '.join(steps)}, §6.1)",
-        f"vocabulary: {run_dir / 'vocab.json'} ({run.vocabs.describe()})",
+        f"model:      {files.model} (the average of the checkpoints of steps {', '.join(steps)}, §6.1)",
+        f"vocabulary: {files.vocab} ({run.vocabs.describe()})",
         f'translate:  python -m annotated_transformer translate {place} "Der kleine Hund sieht die Katze."',
         f"evaluate:   python -m annotated_transformer evaluate {place}",
     ]
@@ -307,7 +300,7 @@ def run_train(args: argparse.Namespace) -> int:
     run_dir = args.run_dir if args.run_dir is not None else Path("runs") / args.config
     context = init_distributed(device=args.device)  # a single process unless torchrun started us
     try:
-        start_step = newest_step(run_dir)
+        start_step = RunDirectory(run_dir).newest_step()
         try:
             with training_warnings(args):
                 run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
@@ -349,7 +342,7 @@ def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
     problem = f"out of GPU memory with batches of up to {recipe.max_tokens} tokens"
     smaller = (f"--max-tokens {max(recipe.max_tokens // 2, 1)} (and --accumulate {2 * recipe.accumulate} "
                f"to keep the batch size)")
-    if newest_step(run_dir) == 0:  # no checkpoint yet: the run directory accepts the smaller batches
+    if RunDirectory(run_dir).newest_step() == 0:  # no checkpoint: the run directory takes the smaller batches
         return f"{problem}: run the same command with {smaller}"
     return (f"{problem}: free the GPU's memory and run the same command, which resumes from the newest "
             f"checkpoint, or start a new --run-dir with {smaller}")
@@ -368,24 +361,17 @@ def high_loss(run) -> str | None:
 
 def after_divergence(run_dir: Path) -> str:
     """How to go on after training diverged: a run keeps its settings once it has a checkpoint."""
-    if newest_step(run_dir):
+    if RunDirectory(run_dir).newest_step():
         return (f"{run_dir} keeps its settings with its checkpoints, so train with other values in a new "
                 f"--run-dir")
     return f"the same command with other values starts {run_dir} again"
 
 # %% ../book/15_command_line.ipynb #214cca3b
-def run_file(checkpoint: Path, name: str) -> Path | None:
-    """A file of the run a checkpoint belongs to (vocab.json, recipe.json): in the run directory,
-    beside the checkpoint, or above its checkpoints/ folder. None when there is none."""
-    places = [checkpoint] if checkpoint.is_dir() else [checkpoint.parent, checkpoint.parent.parent]
-    return next((place / name for place in places if (place / name).is_file()), None)
-
-
 def run_recipe(args: argparse.Namespace) -> dict:
     """The recipe the run of `args.checkpoint` was trained with: its recipe.json, or, when that is
     damaged, the copy in the checkpoint (with a warning); {} when unknown."""
     checkpoint = args.checkpoint
-    path = run_file(checkpoint, "recipe.json")
+    path = RunDirectory.find(checkpoint, "recipe")
     if path is None:
         return {}
     try:
@@ -395,7 +381,7 @@ def run_recipe(args: argparse.Namespace) -> dict:
         error = "it holds no recipe"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as problem:
         error = problem
-    model = checkpoint / "model.pt" if checkpoint.is_dir() else checkpoint
+    model = RunDirectory.model_of(checkpoint)
     copy = peek_extra(model).get("recipe")
     if not isinstance(copy, dict):
         raise ValueError(f"{path} is damaged ({error}): restore it, or give --corpus and --beam-size")
@@ -414,14 +400,12 @@ def load_translator(args: argparse.Namespace, recipe: dict) -> Translator:
     path = args.checkpoint
     if not path.exists():
         raise FileNotFoundError(f"no run directory or checkpoint at {path}: check the path, or train first")
-    if path.is_dir() and not (path / "model.pt").is_file():
+    if path.is_dir() and not RunDirectory(path).model.is_file():
         raise FileNotFoundError(
             f"{path} holds no model.pt yet: finish training (run the same train command again), or give one "
-            f"of its checkpoints, {path / 'checkpoints'}/step_*.pt"
+            f"of its checkpoints, {RunDirectory(path).checkpoints}/step_*.pt"
         )
-    vocab = args.vocab or run_file(path, "vocab.json")
-    if vocab is None:  # Translator.load will say that it is missing
-        vocab = (path if path.is_dir() else path.parent) / "vocab.json"
+    vocab = args.vocab or RunDirectory.vocab_of(path)  # if it is missing, Translator.load says so
     beam_size = args.beam_size if args.beam_size is not None else recipe.get("beam_size", 4)
     return Translator.load(path, vocab=vocab, device=check_device(args.device, "--device"),
                            beam_size=beam_size, alpha=recipe.get("alpha", 0.6))
@@ -519,7 +503,7 @@ def evaluation_data(args: argparse.Namespace) -> dict:
     """The keyword arguments of `corpus()` for the test set: --data-dir, else the data folder the
     run was trained from (its run.json), else the cache."""
     options = corpus_options(args)
-    info = run_file(args.checkpoint, RUN_INFO)
+    info = RunDirectory.find(args.checkpoint, "info")
     recorded = run_data_dir(info.parent) if info is not None else None
     if args.data_dir is None and recorded is not None and recorded.is_dir():
         options["root"] = recorded

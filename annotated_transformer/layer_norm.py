@@ -13,7 +13,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .translation import Recipe
+from .recipes import Recipe
+from .run_directory import RunDirectory
 from .variations import Variant
 
 # %% ../book/18_layer_norm.ipynb #81435d78
@@ -87,7 +88,7 @@ def stability(history: Sequence[dict], window: int = 20) -> dict:
 
 
 def read_history(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "history.json"
+    path = RunDirectory(run_dir).history
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:

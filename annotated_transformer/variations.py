@@ -30,7 +30,9 @@ from annotated_transformer.tokenization import (
     token_batches,
 )
 from .training import evaluate
-from .translation import RECIPES, Recipe, Translator, bleu, load_vocabularies
+from .recipes import RECIPES, Recipe
+from .run_directory import RunDirectory, load_vocabularies
+from .translator import Translator, bleu
 from .translation import train_translation
 
 # %% ../book/17_variations.ipynb #c361733d
@@ -235,15 +237,17 @@ def prepare_vocabulary(base: Recipe, out_dir: Path, corpus_options: dict | None 
     variant shares them (none of Table 3's rows changes the vocabulary)."""
     train_pairs = corpus(base.corpus, "train", **(corpus_options or {}))
     vocabs = load_vocabularies(out_dir, base, train_pairs)
-    cached_encode_pairs(train_pairs, vocabs, out_dir / "cache")
+    cached_encode_pairs(train_pairs, vocabs, RunDirectory(out_dir).cache)
 
 
 def _share_vocabulary(out_dir: Path, run_dir: Path) -> None:
+    """Give the run in `run_dir` the experiment's vocabulary and encoded corpus (chapter 13's layout)."""
+    shared, run = RunDirectory(out_dir), RunDirectory(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / "vocab.json").exists():
-        shutil.copyfile(out_dir / "vocab.json", run_dir / "vocab.json")
-    if not (run_dir / "cache").exists():
-        shutil.copytree(out_dir / "cache", run_dir / "cache")
+    if not run.vocab.exists():
+        shutil.copyfile(shared.vocab, run.vocab)
+    if not run.cache.exists():
+        shutil.copytree(shared.cache, run.cache)
 
 
 def score_model(model, vocabs, pairs: Sequence[tuple[str, str]], recipe: Recipe, device=None) -> dict:

@@ -25,9 +25,9 @@ from annotated_transformer.attention import padding_mask, target_mask
 from annotated_transformer.batching import BOS, EOS, PAD, Batch
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
+from annotated_transformer.recipes import get_recipe
 from annotated_transformer.tokenization import build_vocabularies, cached_encode_pairs, token_batches
 from annotated_transformer.training import TrainConfig, Trainer
-from annotated_transformer.translation import get_recipe
 
 
 def fixed_length_batch(texts, vocabs, length: int) -> Batch:

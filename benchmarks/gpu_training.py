@@ -52,6 +52,7 @@ from annotated_transformer.batching import batch_by_tokens, make_batch
 from annotated_transformer.data import corpus
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.optimizer import make_optimizer
+from annotated_transformer.recipes import get_recipe
 from annotated_transformer.regularization import LabelSmoothingLoss
 from annotated_transformer.tokenization import (
     atomic_write_text,
@@ -66,7 +67,6 @@ from annotated_transformer.training import (
     compile_forward_loss,
     use_fast_cuda_kernels,
 )
-from annotated_transformer.translation import get_recipe
 
 PEAK_TFLOPS = {  # dense, per GPU: (bf16, tf32)
     "H100": (989.4, 494.7),

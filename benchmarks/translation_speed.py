@@ -17,7 +17,7 @@ import torch
 
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import beam_search
-from annotated_transformer.translation import Translator
+from annotated_transformer.translator import Translator
 
 
 def run(

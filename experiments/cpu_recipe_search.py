@@ -246,7 +246,7 @@ def validation_pairs(data_dir: str | None) -> list:
 
 def score(name: str, data_dir: str | None) -> dict:
     from annotated_transformer.training import checkpoint_paths, read_checkpoint
-    from annotated_transformer.translation import evaluate_bleu
+    from annotated_transformer.translator import evaluate_bleu
 
     run_dir = RUNS / name
     val = validation_pairs(data_dir)
@@ -270,7 +270,7 @@ def averaged_translator(run_dir: Path, paths: list[Path], k: int):
     import torch
 
     from annotated_transformer.decoding import average_checkpoints
-    from annotated_transformer.translation import Translator
+    from annotated_transformer.translator import Translator
 
     translator = Translator.load(paths[-1], run_dir / "vocab.json")
     if k > 1:
@@ -281,7 +281,7 @@ def averaged_translator(run_dir: Path, paths: list[Path], k: int):
 
 def score_at_step(step: int, data_dir: str | None) -> dict[str, float]:
     """Greedy validation BLEU of every candidate's checkpoint at `step`, where it has one."""
-    from annotated_transformer.translation import Translator, evaluate_bleu
+    from annotated_transformer.translator import Translator, evaluate_bleu
 
     val = validation_pairs(data_dir)
     scores = {}
@@ -326,7 +326,7 @@ def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) 
     """Validation BLEU of a finished run: greedy and beam 4 (with the α of the run's recipe) from its
     last checkpoint, beam 4 from the average of its last 3."""
     from annotated_transformer.training import checkpoint_paths, read_checkpoint
-    from annotated_transformer.translation import evaluate_bleu
+    from annotated_transformer.translator import evaluate_bleu
 
     val = validation_pairs(data_dir)
     paths = checkpoint_paths(run_dir / "checkpoints")
@@ -353,7 +353,7 @@ def tune_decoding(run_dir: Path, data_dir: str | None) -> tuple[dict, dict]:
     penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen. Also counts, for each
     setting, the run-on translations (`is_run_on`), which a high α lets through."""
     from annotated_transformer.training import checkpoint_paths
-    from annotated_transformer.translation import evaluate_bleu
+    from annotated_transformer.translator import evaluate_bleu
 
     val = validation_pairs(data_dir)
     paths = checkpoint_paths(run_dir / "checkpoints")
@@ -382,7 +382,7 @@ def cross_entropy(run_dir: Path, data_dir: str | None, sentences: int = 1014) ->
     from annotated_transformer.batching import make_batch
     from annotated_transformer.tokenization import encode_pairs
     from annotated_transformer.training import evaluate
-    from annotated_transformer.translation import Translator
+    from annotated_transformer.translator import Translator
 
     translator = Translator.load(run_dir)
     train = multi30k_pairs("train", data_dir)[:sentences]

@@ -26,16 +26,11 @@ import torch
 from annotated_transformer import tokenization, training
 from annotated_transformer.__main__ import main
 from annotated_transformer.model import TransformerConfig, make_model
+from annotated_transformer.recipes import get_recipe
+from annotated_transformer.run_directory import RunInUse, run_lock
 from annotated_transformer.tokenization import atomic_write_text
 from annotated_transformer.training import DiskFullError, checkpoint_paths, read_checkpoint, save_checkpoint
-from annotated_transformer.translation import (
-    RunInUse,
-    TrainingWarning,
-    batch_warning,
-    get_recipe,
-    run_lock,
-    train_translation,
-)
+from annotated_transformer.translation import TrainingWarning, batch_warning, train_translation
 
 TINY = ["--max-steps", "3", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
         "--checkpoint-every", "1", "--average-last", "2", "--quiet", "--device", "cpu"]

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import gpu_finale
 
 from annotated_transformer.data import corpus
-from annotated_transformer.translation import RECIPES, Recipe
+from annotated_transformer.recipes import RECIPES, Recipe
 
 RESULTS = files("annotated_transformer") / "results" / "gpu"
 

@@ -18,14 +18,18 @@ import torch
 
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import config_sha256
+from annotated_transformer.recipes import get_recipe
+from annotated_transformer.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
-from annotated_transformer.training import CheckpointError, checkpoint_paths, evaluate, read_checkpoint
-from annotated_transformer.translation import (
-    Translator,
-    get_recipe,
-    run_data_dir,
-    train_translation,
+from annotated_transformer.training import (
+    CheckpointError,
+    checkpoint_path,
+    checkpoint_paths,
+    evaluate,
+    read_checkpoint,
 )
+from annotated_transformer.translation import train_translation
+from annotated_transformer.translator import Translator
 
 TINY = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "vocab_size": 300, "max_tokens": 600,
         "warmup": 10, "checkpoint_every": 2, "average_last": 2, "max_steps": 4}
@@ -48,6 +52,34 @@ def finished(tmp_path_factory):
 @pytest.fixture
 def copy(finished, tmp_path):
     return shutil.copytree(finished.run_dir, tmp_path / "run")
+
+
+def test_the_run_directory_knows_where_each_file_lives(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    assert (run.recipe.name, run.info.name, run.vocab.name, run.model.name) == (
+        "recipe.json", "run.json", "vocab.json", "model.pt")
+    assert run.checkpoint_paths() == [] and run.newest_step() == 0 and run.work() == []
+    run.checkpoints.mkdir(parents=True)
+    for step in (100, 5, 40):  # named as chapter 9 names them
+        checkpoint_path(run.checkpoints, step).write_bytes(b"")
+    newest = run.checkpoint_paths()[-1]
+    assert [run.step_of(path) for path in run.checkpoint_paths()] == [5, 40, 100] and run.newest_step() == 100
+    run.vocab.write_text("{}")
+    run.model.write_bytes(b"")
+    assert run.work() == [*run.checkpoint_paths(), run.model]
+    # A command given a checkpoint finds the run's files: in the run directory, or above checkpoints/.
+    assert RunDirectory.find(run.path, "vocab") == RunDirectory.find(newest, "vocab") == run.vocab
+    assert RunDirectory.find(newest, "recipe") is None
+    assert RunDirectory.model_of(run.path) == run.model and RunDirectory.model_of(newest) == newest
+    assert RunDirectory.vocab_of(tmp_path / "copied.pt") == tmp_path / "vocab.json"  # where it would be
+
+
+def test_a_run_writes_only_the_files_of_its_layout(finished):
+    layout = RunDirectory(finished.run_dir)
+    names = {path.name for key, path in vars(layout).items() if key != "path"}
+    written = {path.name for path in finished.run_dir.iterdir()}
+    assert written <= names, written - names
+    assert finished.model_path == layout.model and layout.newest_step() == 4
 
 
 def test_every_checkpoint_records_the_recipe_and_the_fingerprints(finished):

@@ -9,7 +9,7 @@ import pytest
 
 from annotated_transformer import variations
 from annotated_transformer.model import TransformerConfig, config_parameter_count
-from annotated_transformer.translation import Recipe
+from annotated_transformer.recipes import Recipe
 from annotated_transformer.variations import (
     SCALES,
     Scale,

@@ -45,21 +45,16 @@ from pathlib import Path
 
 import torch
 
+from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
+from annotated_transformer.recipes import Recipe, get_recipe
+from annotated_transformer.run_directory import RunDirectory
 from annotated_transformer.tokenization import Vocabularies, atomic_write_text, cached_encode_pairs
 from annotated_transformer.training import checkpoint_paths, read_checkpoint
-from annotated_transformer.translation import (
-    InputWarning,
-    Recipe,
-    Translator,
-    Validator,
-    attention_maps,
-    evaluate_bleu,
-    get_recipe,
-    train_translation,
-)
+from annotated_transformer.translation import Validator, train_translation
+from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "annotated_transformer" / "results" / "gpu"
@@ -125,7 +120,8 @@ def train_one(args: argparse.Namespace) -> int:
         validator=Validator(val_pairs, every=args.validate_every),
     )
     tokens = sum(record["tokens"] for record in run.history)
-    train = cached_encode_pairs(pairs(recipe, "train", args, limit=False), run.vocabs, run_dir / "cache")
+    train_pairs = pairs(recipe, "train", args, limit=False)
+    train = cached_encode_pairs(train_pairs, run.vocabs, RunDirectory(run_dir).cache)
     epoch_tokens = sum(len(target) + 1 for target in train.target)  # what a Batch counts: words and EOS
     result = {
         "name": args.name,
@@ -200,7 +196,7 @@ def candidate_results(args: argparse.Namespace, status: dict) -> dict[str, dict]
         result = {"name": name, "changes": CANDIDATES[name]}
         if path.exists():
             result = json.loads(path.read_text())
-        validation = run_dir / "validation.json"
+        validation = RunDirectory(run_dir).validation
         result["validation"] = json.loads(validation.read_text()) if validation.exists() else []
         result["exit_status"] = status.get(name)
         results[name] = result
@@ -209,7 +205,7 @@ def candidate_results(args: argparse.Namespace, status: dict) -> dict[str, dict]
 
 def model_of(run_dir: Path, averaged: int) -> Transformer:
     """The run's model, its last `averaged` checkpoints averaged (1: the last checkpoint)."""
-    paths = checkpoint_paths(run_dir / "checkpoints")[-averaged:]
+    paths = checkpoint_paths(RunDirectory(run_dir).checkpoints)[-averaged:]
     if len(paths) < averaged:
         raise ValueError(f"{run_dir} keeps {len(paths)} checkpoints, fewer than {averaged}")
     last = read_checkpoint(paths[-1])
@@ -220,8 +216,9 @@ def model_of(run_dir: Path, averaged: int) -> Transformer:
 
 def tune_decoding(run_dir: Path, recipe: Recipe, val_pairs, args) -> list[dict]:
     """Validation BLEU (beam 4) for each number of checkpoints averaged and each α."""
-    vocabs, rows = Vocabularies.load(run_dir / "vocab.json"), []
-    kept = len(checkpoint_paths(run_dir / "checkpoints"))  # a run the clock stopped early may keep fewer
+    vocabs, rows = Vocabularies.load(RunDirectory(run_dir).vocab), []
+    # a run the clock stopped early may keep fewer
+    kept = len(checkpoint_paths(RunDirectory(run_dir).checkpoints))
     for averaged in (k for k in AVERAGED if k <= min(recipe.average_last, kept)):
         model = model_of(run_dir, averaged)
         for alpha in ALPHAS:
@@ -235,7 +232,7 @@ def tune_decoding(run_dir: Path, recipe: Recipe, val_pairs, args) -> list[dict]:
 def score_on_test(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, args) -> tuple[list[dict], list]:
     """The BLEU table on test: the chosen average and the last checkpoint, beam search and greedy;
     and the chosen setting's translations."""
-    vocabs, rows, chosen = Vocabularies.load(run_dir / "vocab.json"), [], None
+    vocabs, rows, chosen = Vocabularies.load(RunDirectory(run_dir).vocab), [], None
     for averaged in dict.fromkeys((choice["averaged"], 1)):
         translator = Translator(model_of(run_dir, averaged), vocabs, args.device, alpha=choice["alpha"])
         for beam in (recipe.beam_size, 1):
@@ -257,7 +254,7 @@ def score_on_test(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, args)
 def keep_attention(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, path: Path, args) -> None:
     """Every head's attention weights (float16) while the chosen model reads a few test sentences
     (the first of 8 to 12 words) and writes its own translation of each (teacher forcing on it)."""
-    vocabs = Vocabularies.load(run_dir / "vocab.json")
+    vocabs = Vocabularies.load(RunDirectory(run_dir).vocab)
     translator = Translator(model_of(run_dir, choice["averaged"]), vocabs, args.device, alpha=choice["alpha"])
     kept = []
     for source_text, _ in (pair for pair in test_pairs if 8 <= len(pair[0].split()) <= 12):
@@ -304,7 +301,8 @@ def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
         raise SystemExit("no candidate finished: see the logs in " + str(args.run_root))
     best = max(scored, key=lambda r: r["val_beam"])
     recipe, run_dir = candidate_recipe(best["name"], args), args.run_root / best["name"]
-    report["hardware"] = {**json.loads((run_dir / "hardware.json").read_text()), "cuda": torch.version.cuda}
+    hardware = json.loads(RunDirectory(run_dir).hardware.read_text())
+    report["hardware"] = {**hardware, "cuda": torch.version.cuda}
     report["chosen"] = best["name"]
     print(f"chosen on validation: {best['name']} ({best['val_beam']:.2f}); its decoding:", flush=True)
     val_pairs, test_pairs = pairs(recipe, "val", args), pairs(recipe, "test", args)
@@ -312,7 +310,7 @@ def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
     choice = max(report["decoding"], key=lambda row: row["val_beam"])  # of equals, the first: fewer, lower α
     report["choice"] = choice
     write_json(report_path, report)
-    history = json.loads((run_dir / "history.json").read_text())
+    history = json.loads(RunDirectory(run_dir).history.read_text())
     write_json(args.out / "history.json", thinned(history, HISTORY_POINTS), indent=None)
     write_json(args.out / "validation.json", best["validation"])
     test_rows, translations = score_on_test(run_dir, recipe, choice, test_pairs, args)
