@@ -36,8 +36,8 @@ import torch
 from .data import CORPORA, DataError, corpus
 from .decoding import save_average
 from .distributed import init_distributed, shutdown_distributed
-from .tokenization import atomic_write_text
-from .training import DiskFullError, TrainingDiverged, checkpoint_paths
+from .checkpoints import DiskFullError, atomic_write_text, checkpoint_paths
+from .training import TrainingDiverged
 from .translation import RECIPES, RUN_INFO, InputWarning, Recipe, TrainingWarning
 from .translation import Translator
 from .translation import check_device, evaluate_bleu, get_recipe, peek_extra

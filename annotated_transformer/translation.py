@@ -42,11 +42,11 @@ from .model import Transformer, TransformerConfig, config_sha256, make_model
 from .multi_head_attention import head_dims
 from .tokenization import SPECIALS, Vocabularies, VocabularyError, VocabKind
 from .tokenization import build_vocabularies, encode_pairs
-from .tokenization import cached_encode_pairs, token_batches, atomic_write_text
-from .training import StepStats, Trainer, TrainConfig, checkpoint_paths, default_device
-from .training import CheckpointError, read_checkpoint, save_checkpoint
-from .training import remove_stale_temporaries, resume_newest, evaluate
-from .training import DiskFullError, disk_full
+from .tokenization import cached_encode_pairs, token_batches
+from .training import StepStats, Trainer, TrainConfig, default_device, evaluate
+from .checkpoints import CheckpointError, DiskFullError, atomic_write_text, disk_full
+from .checkpoints import checkpoint_paths, read_checkpoint, save_checkpoint
+from .checkpoints import remove_stale_temporaries, resume_newest
 
 try:  # file locks, for `run_lock`: POSIX only
     import fcntl

@@ -13,30 +13,32 @@ import torch.nn.functional as F
 from helpers import small_config
 
 from annotated_transformer.batching import EOS, PAD, Batch, batch_by_tokens, copy_task, make_batch
+from annotated_transformer.checkpoints import (
+    CheckpointError,
+    checkpoint_paths,
+    checkpoint_sha256,
+    load_checkpoint,
+    model_from_checkpoint,
+    read_checkpoint,
+    remove_stale_temporaries,
+    resume_newest,
+    save_checkpoint,
+    state_dict_sha256,
+)
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
-    CheckpointError,
     TrainConfig,
     Trainer,
     TrainingDiverged,
     autocast_context,
-    checkpoint_paths,
-    checkpoint_sha256,
     compile_forward_loss,
     evaluate,
-    load_checkpoint,
-    model_from_checkpoint,
     quick_mode,
-    read_checkpoint,
     read_steps,
-    remove_stale_temporaries,
     resolve_precision,
-    resume_newest,
     reuse_freed_memory,
-    save_checkpoint,
-    state_dict_sha256,
     train_copy_task,
 )
 

@@ -11,11 +11,12 @@ import pytest
 import sacrebleu
 import torch
 
+from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
-from annotated_transformer.training import Trainer, checkpoint_paths, read_checkpoint
+from annotated_transformer.training import Trainer
 from annotated_transformer.translation import (
     RECIPES,
     RESUMABLE_FIELDS,
