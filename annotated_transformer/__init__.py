@@ -68,9 +68,10 @@ from .batching import padding_stats, shard_batches
 from .optimizer import make_optimizer, rate
 from .regularization import LabelSmoothingLoss, perplexity, smoothed_distribution
 from .regularization import token_nll
-from .training import CheckpointError, TrainConfig, Trainer, checkpoint_paths, evaluate
-from .training import load_checkpoint, model_from_checkpoint, quick_mode, read_checkpoint
-from .training import TrainingDiverged, save_checkpoint, train_copy_task
+from .training import TrainConfig, Trainer, TrainingDiverged, evaluate, quick_mode
+from .training import train_copy_task
+from .checkpoints import CheckpointError, checkpoint_paths, load_checkpoint
+from .checkpoints import model_from_checkpoint, read_checkpoint, save_checkpoint
 from .decoding import average_checkpoints, average_last_checkpoints, beam_search
 from .decoding import Hypothesis, beam_search_hypotheses, greedy_decode, length_penalty
 

@@ -36,8 +36,9 @@ import torch
 from .data import CORPORA, DataError, corpus
 from .decoding import save_average
 from .distributed import init_distributed, shutdown_distributed
-from .tokenization import atomic_write_text
-from .training import DiskFullError, TrainingDiverged, checkpoint_paths
+from .checkpoints import atomic_write_text
+from .training import TrainingDiverged
+from .checkpoints import DiskFullError, checkpoint_paths
 from .recipes import RECIPES, Recipe, get_recipe
 from .hardware import check_device
 from .run_directory import RunDirectory, peek_extra, run_data_dir

@@ -25,8 +25,8 @@ from torch import Tensor, nn
 from .attention import padding_mask
 from .batching import BOS, EOS, PAD
 from .model import Transformer, TransformerConfig
-from .training import CheckpointError, checkpoint_paths, read_checkpoint, save_checkpoint
-from .training import state_differences
+from .checkpoints import CheckpointError, checkpoint_paths, read_checkpoint
+from .checkpoints import save_checkpoint, state_differences
 
 # %% ../book/10_decoding.ipynb #1291c6ce
 EXTRA_LENGTH = 50  # §6.1: the output may be at most 50 tokens longer than the input

@@ -23,8 +23,8 @@ import torch
 
 from .model import TransformerConfig, config_sha256
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
-from .tokenization import atomic_write_text
-from .training import DiskFullError, checkpoint_paths, disk_full
+from .checkpoints import atomic_write_text
+from .checkpoints import DiskFullError, checkpoint_paths, disk_full
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.recipes import Recipe

@@ -23,11 +23,13 @@ import torch.distributed
 from .data import corpus
 from .decoding import average_checkpoints
 from .model import Transformer, make_model
-from .tokenization import Vocabularies, VocabularyError, atomic_write_text
+from .tokenization import Vocabularies, VocabularyError
+from .checkpoints import atomic_write_text
 from .tokenization import cached_encode_pairs, encode_pairs, token_batches
-from .training import StepStats, Trainer, CheckpointError, evaluate
-from .training import read_checkpoint, remove_stale_temporaries, resume_newest
-from .training import save_checkpoint
+from .training import StepStats, Trainer, evaluate
+from .checkpoints import CheckpointError
+from .checkpoints import read_checkpoint, remove_stale_temporaries, resume_newest
+from .checkpoints import save_checkpoint
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.recipes import Recipe

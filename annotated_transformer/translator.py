@@ -22,7 +22,7 @@ from .batching import BOS, EOS, PAD, UNK, make_batch
 from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenization import Vocabularies, VocabularyError
-from .training import read_checkpoint
+from .checkpoints import read_checkpoint
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.hardware import check_device

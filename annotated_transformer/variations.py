@@ -23,8 +23,8 @@ import torch
 
 from .data import corpus
 from .model import count_parameters
+from .checkpoints import atomic_write_text
 from annotated_transformer.tokenization import (
-    atomic_write_text,
     cached_encode_pairs,
     encode_pairs,
     token_batches,

@@ -49,13 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from training_throughput import TorchReference
 
 from annotated_transformer.batching import batch_by_tokens, make_batch
+from annotated_transformer.checkpoints import atomic_write_text
 from annotated_transformer.data import corpus
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.optimizer import make_optimizer
 from annotated_transformer.recipes import get_recipe
 from annotated_transformer.regularization import LabelSmoothingLoss
 from annotated_transformer.tokenization import (
-    atomic_write_text,
     build_vocabularies,
     encode_pairs,
     token_batches,

@@ -245,7 +245,7 @@ def validation_pairs(data_dir: str | None) -> list:
 
 
 def score(name: str, data_dir: str | None) -> dict:
-    from annotated_transformer.training import checkpoint_paths, read_checkpoint
+    from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
     from annotated_transformer.translator import evaluate_bleu
 
     run_dir = RUNS / name
@@ -325,7 +325,7 @@ def cooldown_stage(names: list[str], data_dir: str | None) -> dict:
 def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) -> dict:
     """Validation BLEU of a finished run: greedy and beam 4 (with the α of the run's recipe) from its
     last checkpoint, beam 4 from the average of its last 3."""
-    from annotated_transformer.training import checkpoint_paths, read_checkpoint
+    from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
     from annotated_transformer.translator import evaluate_bleu
 
     val = validation_pairs(data_dir)
@@ -352,7 +352,7 @@ def tune_decoding(run_dir: Path, data_dir: str | None) -> tuple[dict, dict]:
     """Validation BLEU of a finished run for each number of checkpoints averaged and each length
     penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen. Also counts, for each
     setting, the run-on translations (`is_run_on`), which a high α lets through."""
-    from annotated_transformer.training import checkpoint_paths
+    from annotated_transformer.checkpoints import checkpoint_paths
     from annotated_transformer.translator import evaluate_bleu
 
     val = validation_pairs(data_dir)

@@ -16,11 +16,12 @@ import torch
 from helpers import small_config
 
 from annotated_transformer.__main__ import main, option_name, what_was_trained
+from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.recipes import Recipe
 from annotated_transformer.tokenization import build_vocabularies
-from annotated_transformer.training import Trainer, checkpoint_sha256, read_checkpoint, save_checkpoint
+from annotated_transformer.training import Trainer
 
 
 def write_run(directory, n: int = 4) -> list:

@@ -15,6 +15,14 @@ from torch import nn
 
 from annotated_transformer.attention import padding_mask, subsequent_mask
 from annotated_transformer.batching import BOS, EOS, PAD
+from annotated_transformer.checkpoints import (
+    CheckpointError,
+    checkpoint_paths,
+    checkpoint_sha256,
+    model_from_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from annotated_transformer.decoding import (
     average_checkpoints,
     average_last_checkpoints,
@@ -27,14 +35,6 @@ from annotated_transformer.decoding import (
 from annotated_transformer.layers import LearnedPositionalEmbedding, PositionalEncoding
 from annotated_transformer.model import DecoderCache, make_model
 from annotated_transformer.multi_head_attention import KVCache, MultiHeadAttention
-from annotated_transformer.training import (
-    CheckpointError,
-    checkpoint_paths,
-    checkpoint_sha256,
-    model_from_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
 
 VOCAB = 12
 SRC_LENGTHS = [7, 5, 2, 1, 6]  # real lengths of the test batch: padding of different lengths

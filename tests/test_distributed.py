@@ -16,6 +16,7 @@ import torch
 from helpers import small_config
 
 from annotated_transformer.batching import TokenBatchSampler, batch_by_tokens, copy_task, make_batch
+from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.distributed import (
     TORCHRUN_VARIABLES,
     DistributedTokenBatchSampler,
@@ -29,9 +30,7 @@ from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
     TrainConfig,
     Trainer,
-    checkpoint_paths,
     default_device,
-    read_checkpoint,
 )
 
 WORLD = 2

@@ -23,13 +23,18 @@ import helpers
 import pytest
 import torch
 
-from annotated_transformer import tokenization, training
+from annotated_transformer import checkpoints
 from annotated_transformer.__main__ import main
+from annotated_transformer.checkpoints import (
+    DiskFullError,
+    atomic_write_text,
+    checkpoint_paths,
+    read_checkpoint,
+    save_checkpoint,
+)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.recipes import get_recipe
 from annotated_transformer.run_directory import RunInUse, run_lock
-from annotated_transformer.tokenization import atomic_write_text
-from annotated_transformer.training import DiskFullError, checkpoint_paths, read_checkpoint, save_checkpoint
 from annotated_transformer.translation import TrainingWarning, batch_warning, train_translation
 
 TINY = ["--max-steps", "3", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
@@ -48,14 +53,13 @@ class FullFile(io.FileIO):
 
 
 class FullDisk:
-    """The package's writers (atomic_save, atomic_write_text) on a disk that fills up: once `fill`
-    is called, the temporary file of `target` (by name) gets `room` bytes, after `after` files of
-    that name were written whole. `free()` makes room again."""
+    """The package's writer (atomic_write, under atomic_save and atomic_write_text) on a disk that
+    fills up: once `fill` is called, the temporary file of `target` (by name) gets `room` bytes,
+    after `after` files of that name were written whole. `free()` makes room again."""
 
     def __init__(self, monkeypatch) -> None:
         self.target: str | None = None
-        for module in (training, tokenization):
-            monkeypatch.setattr(module, "open", self.open, raising=False)
+        monkeypatch.setattr(checkpoints, "open", self.open, raising=False)
 
     def fill(self, target: str, room: int = 100, after: int = 0, code: int = errno.ENOSPC) -> None:
         self.target, self.room, self.after, self.code = target, room, after, code

@@ -164,6 +164,26 @@ def test_make_optimizer_with_a_cooldown_uses_rate_times_the_factor():
     assert used[-1] == pytest.approx(rate(9, d_model=16, warmup=3) / 5)
 
 
+def test_end_at_moves_the_end_of_the_schedule_and_the_next_rate():
+    model = small_model()
+    optimizer, scheduler = make_optimizer(model, warmup=3, cooldown=4, total_steps=20)
+    used = []
+    for n in range(1, 11):
+        if n == 5:  # after 4 steps: end at step 10, with a cooldown over its last 5 steps
+            scheduler.end_at(10, 5)
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    expected = [rate(n, d_model=16, warmup=3) * cooldown_factor(n, 10, 5) for n in range(1, 11)]
+    assert used == pytest.approx(expected, rel=1e-12)
+    assert scheduler.state_dict()["lr_lambdas"][0]["total_steps"] == 10  # a checkpoint records it
+    before = optimizer.param_groups[0]["lr"]
+    scheduler.end_at(10, 5)  # no change: nothing is recomputed
+    assert optimizer.param_groups[0]["lr"] == before
+    with pytest.raises(ValueError, match="needs total_steps >= 5"):
+        scheduler.end_at(4, 5)
+
+
 def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch():
     """Sum-loss of every micro-batch / tokens of the WHOLE batch: the big batch's gradient exactly;
     the mean over each micro-batch's own tokens is not, when their token counts differ."""

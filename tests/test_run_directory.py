@@ -16,18 +16,18 @@ import time
 import pytest
 import torch
 
+from annotated_transformer.checkpoints import (
+    CheckpointError,
+    checkpoint_path,
+    checkpoint_paths,
+    read_checkpoint,
+)
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import get_recipe
 from annotated_transformer.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
-from annotated_transformer.training import (
-    CheckpointError,
-    checkpoint_path,
-    checkpoint_paths,
-    evaluate,
-    read_checkpoint,
-)
+from annotated_transformer.training import evaluate
 from annotated_transformer.translation import train_translation
 from annotated_transformer.translator import Translator
 
@@ -196,14 +196,13 @@ def test_a_damaged_hardware_file_is_written_again(copy, capsys):
 KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
-import annotated_transformer.training as training
-from annotated_transformer.tokenization import atomic_write_text
+from annotated_transformer.checkpoints import atomic_save, atomic_write_text
 run = Path(sys.argv[1])
 os.fsync = lambda fd: time.sleep(600)  # every write stops between its temporary file and the rename
 if sys.argv[2] == "text":
     atomic_write_text(run / "history.json", "[]")
 else:
-    training.atomic_save({"x": 1}, run / sys.argv[2])
+    atomic_save({"x": 1}, run / sys.argv[2])
 """
 
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 
+import annotated_transformer.checkpoints as checkpoints
 import annotated_transformer.tokenization as tokenization
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
 from annotated_transformer.data import builtin_corpus
@@ -307,14 +308,14 @@ def test_vocabularies_load_errors(tmp_path, tiny):
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
-    path = tokenization.atomic_write_text(tmp_path / "a.json", "old")
+    path = checkpoints.atomic_write_text(tmp_path / "a.json", "old")
 
     def fail(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tokenization.os, "replace", fail)
+    monkeypatch.setattr(checkpoints.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        tokenization.atomic_write_text(path, "new")
+        checkpoints.atomic_write_text(path, "new")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 

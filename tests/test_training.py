@@ -13,30 +13,34 @@ import torch.nn.functional as F
 from helpers import small_config
 
 from annotated_transformer.batching import EOS, PAD, Batch, batch_by_tokens, copy_task, make_batch
+from annotated_transformer.checkpoints import (
+    CheckpointError,
+    atomic_save,
+    atomic_write_text,
+    checkpoint_paths,
+    checkpoint_sha256,
+    load_checkpoint,
+    model_from_checkpoint,
+    read_checkpoint,
+    remove_stale_temporaries,
+    resume_newest,
+    save_checkpoint,
+    state_dict_sha256,
+)
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
-    CheckpointError,
     TrainConfig,
     Trainer,
     TrainingDiverged,
     autocast_context,
-    checkpoint_paths,
-    checkpoint_sha256,
     compile_forward_loss,
     evaluate,
-    load_checkpoint,
-    model_from_checkpoint,
     quick_mode,
-    read_checkpoint,
     read_steps,
-    remove_stale_temporaries,
     resolve_precision,
-    resume_newest,
     reuse_freed_memory,
-    save_checkpoint,
-    state_dict_sha256,
     train_copy_task,
 )
 
@@ -350,6 +354,25 @@ def test_checkpoint_paths_sort_by_step(tmp_path):
     assert [read_checkpoint(p)["step"] for p in checkpoint_paths(tmp_path)] == [2, 10, 100]
     with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
         checkpoint_paths(tmp_path / "missing")
+
+
+def test_text_and_checkpoints_are_written_by_one_atomic_write(tmp_path, monkeypatch):
+    # Both writers flush their temporary file and then the directory (the rename made durable).
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append("directory" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert atomic_write_text(tmp_path / "a.json", "ä") == tmp_path / "a.json"
+    assert atomic_save({"x": 1}, tmp_path / "b.pt") == tmp_path / "b.pt"
+    if Path("/proc/self/fd").is_dir():  # Linux: the descriptors can be told apart
+        assert synced == ["file", "directory", "file", "directory"]
+    assert (tmp_path / "a.json").read_bytes() == "ä".encode()
+    assert torch.load(tmp_path / "b.pt", weights_only=True) == {"x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.pt"]
 
 
 def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

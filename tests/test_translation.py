@@ -12,6 +12,7 @@ import sacrebleu
 import torch
 
 from annotated_transformer.attention_plots import attention_maps
+from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.hardware import check_device
@@ -19,7 +20,7 @@ from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.recipes import RECIPES, get_recipe
 from annotated_transformer.run_directory import RESUMABLE_FIELDS
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
-from annotated_transformer.training import Trainer, checkpoint_paths, read_checkpoint
+from annotated_transformer.training import Trainer
 from annotated_transformer.translation import RunHistory, train_translation
 from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
 

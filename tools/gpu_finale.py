@@ -46,13 +46,13 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.attention_plots import attention_maps
+from annotated_transformer.checkpoints import atomic_write_text, checkpoint_paths, read_checkpoint
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.run_directory import RunDirectory
-from annotated_transformer.tokenization import Vocabularies, atomic_write_text, cached_encode_pairs
-from annotated_transformer.training import checkpoint_paths, read_checkpoint
+from annotated_transformer.tokenization import Vocabularies, cached_encode_pairs
 from annotated_transformer.translation import Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
 
