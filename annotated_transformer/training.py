@@ -427,7 +427,7 @@ class _TrainingLoop:
         returning True stops training. Returns every step's statistics.
 
         In a distributed run, every rank calls `fit` with its own share of each epoch, as many
-        batches on every rank (chapter 14's `shard_batches`), and the callbacks must decide the same
+        batches on every rank (chapter 6's `shard_batches`), and the callbacks must decide the same
         on every rank (the statistics `on_log` gets are the global batch's, the same everywhere).
         """
         config, history, pending = self.config, [], []
