@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from .data import CORPORA
-from .model import TransformerConfig
+from .model import NormPosition, Positional, TransformerConfig, check_choice
 from .multi_head_attention import head_dims
 from .tokenization import SPECIALS, Vocabularies, VocabKind
-from .training import TrainConfig
+from .training import Precision, TrainConfig
 
 # %% ../book/13_translation.ipynb #4f86fbc9
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class Recipe:
     d_k: int | None = None  # per-head query/key size (Table 3 rows A, B); None: d_model // n_heads
     d_v: int | None = None  # per-head value size; None: d_model // n_heads
     dropout: float = 0.1
-    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned" (Table 3 row E)
-    norm_position: str = "post"  # "post": the paper's LayerNorm(x + Sublayer(x)); "pre": chapter 18
+    positional: Positional = "sinusoidal"  # "sinusoidal" (§3.5) or "learned" (Table 3 row E)
+    norm_position: NormPosition = "post"  # "post": the paper's LayerNorm(x + Sublayer(x)); "pre": chapter 18
     max_tokens: int = 3000  # padded source or target tokens per batch, per process (§5.1: 25000)
     accumulate: int = 1
     max_steps: int = 1000
@@ -55,7 +55,7 @@ class Recipe:
     average_last: int = 5  # §6.1: 5 checkpoints for base, 20 for big
     beam_size: int = 4  # §6.1: beam 4, length penalty α = 0.6
     alpha: float = 0.6
-    precision: str = "auto"  # bf16 on a GPU that has it, fp16 on an older one, fp32 on a CPU (chapter 9)
+    precision: Precision = "auto"  # bf16 on a GPU that has it, fp16 on an older one, fp32 on a CPU (ch. 9)
     compile: bool = False
     seed: int = 0
     max_minutes: float | None = None  # stop training after this much wall time (None: max_steps only);
@@ -131,14 +131,12 @@ def _check_type(spec: dataclasses.Field, value: Any) -> None:
 
 
 def _check_choices(recipe: Recipe) -> None:
-    choices = {"vocab": ("bpe", "word"), "positional": ("sinusoidal", "learned"),
-               "norm_position": ("post", "pre"), "precision": ("auto", "fp32", "bf16", "fp16")}
+    """The corpus must be one of CORPORA, and each field typed with a `Literal` one of its choices."""
     if recipe.corpus not in CORPORA:
         raise ValueError(f"unknown corpus {recipe.corpus!r}: choose one of {', '.join(CORPORA)}")
-    for name, allowed in choices.items():
-        if getattr(recipe, name) not in allowed:
-            names = " or ".join(", ".join(repr(choice) for choice in allowed).rsplit(", ", 1))
-            raise ValueError(f"{name} must be {names}, got {getattr(recipe, name)!r}")
+    for spec in dataclasses.fields(recipe):
+        if typing.get_origin(spec.type) is typing.Literal:
+            check_choice(spec.name, getattr(recipe, spec.name), spec.type)
 
 
 def _check_ranges(recipe: Recipe) -> None:

@@ -34,7 +34,7 @@ from .batching import PAD, Batch, batch_by_sentences, batch_by_tokens
 from .batching import copy_task, make_batch
 from .checkpoints import checkpoint_path, parameters_are_finite
 from .checkpoints import restore_trainer, save_trainer
-from .model import Transformer, TransformerConfig, make_model
+from .model import Transformer, TransformerConfig, check_choice, make_model
 from .optimizer import make_optimizer
 from .regularization import LabelSmoothingLoss, token_nll
 
@@ -91,8 +91,7 @@ class TrainConfig:
         clip = self.clip_grad_norm
         if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise ValueError(f"clip_grad_norm must be a positive finite number or None, got {clip}")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', got {self.precision!r}")
+        check_choice("precision", self.precision, Precision)
         if self.prefetch not in (None, True, False):
             raise ValueError(f"prefetch must be True, False or None (on a GPU only), got {self.prefetch!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
