@@ -6,10 +6,13 @@ at a small, stated scale on Multi30k, with perplexity, BLEU and parameter counts
 
 # %% auto #0
 __all__ = ['SCALES', 'CLAIMS', 'Variant', 'scaled_layers', 'table3_variants', 'Scale', 'prepare_vocabulary', 'score_model',
-           'run_variant', 'run_variants', 'results_table', 'check_claims', 'plot_variations']
+           'run_variant', 'run_variants', 'results_table', 'run_experiment', 'add_experiment_command', 'check_claims',
+           'plot_variations']
 
 # %% ../book/17_variations.ipynb #8ca4aa3d
+import argparse
 import dataclasses
+import functools
 import json
 import math
 import multiprocessing
@@ -21,7 +24,9 @@ from pathlib import Path
 
 import torch
 
+from . import cli
 from .data import corpus
+from .hardware import check_device
 from .model import count_parameters
 from .checkpoints import atomic_write_text
 from annotated_transformer.tokenization import (
@@ -381,6 +386,61 @@ def results_table(results: Sequence[dict]) -> str:
             f"| {r['paper_change']} | {_cell(ppl, '.2f')} | {_cell(bleu_, '.1f')} | {_cell(params, '.0f')} |"
         )
     return "\n".join(lines)
+
+
+def run_experiment(
+    args: argparse.Namespace, experiments: dict[str, Callable[[Recipe], list[Variant]]]
+) -> int:
+    """The `experiment` command: train and score the variants of `experiments[args.name]` at a scale."""
+    if args.device is not None:
+        check_device(args.device, "--device")
+    scale = SCALES[args.scale]
+    variants = experiments[args.name](scale.base)
+    if args.rows:
+        wanted = {row.strip() for row in args.rows.split(",")}
+        known = {variant.row for variant in variants}
+        if not wanted <= known:
+            raise ValueError(
+                f"unknown row(s) {sorted(wanted - known)}: the rows of {args.name} are {sorted(known)}"
+            )
+        variants = [variant for variant in variants if variant.row in wanted]
+    out = args.out or Path("runs") / f"experiments-{scale.name}"
+    print(f"{args.name} at scale {scale.name!r} ({scale.about}): {len(variants)} runs in {out}")
+    results = run_variants(variants, scale, out, workers=args.workers, device=args.device,
+                           corpus_options=cli.corpus_options(args), results_file=f"{args.name}.json")
+    if args.name == "table3":
+        print(results_table(results))
+    print(f"results written to {out / (args.name + '.json')}")
+    return 0
+
+
+def add_experiment_command(commands, experiments: dict[str, Callable[[Recipe], list[Variant]]]) -> None:
+    """The sub-parser of `experiment`, an extra command of `cli.build_parser`; `experiments` names the
+    functions that write out the variants of each experiment it runs."""
+    experiment = commands.add_parser(
+        "experiment",
+        help="retrain the paper's Table 3 rows (§6.2) or the post-LN/pre-LN comparison at a named scale",
+        description="Train and score a set of model variations, each in its own resumable run directory, "
+        "and write their validation perplexity and BLEU to one JSON file: table3 is the paper's Table 3 "
+        "(chapter 17), layer-norm is post-LN against pre-LN with and without warmup at two depths "
+        "(chapter 18).",
+        epilog="scales:\n" + "\n".join(f"  {name:7} {scale.about}" for name, scale in SCALES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    experiment.add_argument("name", choices=list(experiments), help="which experiment")
+    experiment.add_argument("--scale", default="small", choices=list(SCALES),
+                            help="how big each run is (default small; see below)")
+    experiment.add_argument("--out", type=Path, metavar="DIR",
+                            help="where the runs and the results go (default runs/experiments-SCALE)")
+    experiment.add_argument("--rows", metavar="ROWS", help="only these rows, e.g. A,C (default: all)")
+    experiment.add_argument("--workers", type=cli.positive_int, default=1,
+                            help="runs trained at the same time (CPU: 2 uses two cores best; GPU: 1)")
+    experiment.add_argument("--device", type=cli.device,
+                            help="cpu, cuda, ... (default: a GPU if there is one)")
+    experiment.add_argument("--data-dir", type=Path, metavar="DIR",
+                            help="a folder that holds the Multi30k files, instead of the cache")
+    experiment.add_argument("--no-download", action="store_true", help="never download the data")
+    experiment.set_defaults(handler=functools.partial(run_experiment, experiments=experiments))
 
 # %% ../book/17_variations.ipynb #e51008b5
 def _key(result: dict) -> str:

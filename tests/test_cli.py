@@ -1,5 +1,5 @@
 """The command line (chapter 15, book/15_command_line.ipynb): `python -m annotated_transformer
-train | translate | evaluate | average`."""
+train | translate | evaluate | average`, and `experiment` (chapters 17 and 18)."""
 
 import dataclasses
 import io
@@ -15,10 +15,12 @@ import pytest
 import torch
 from helpers import small_config
 
-from annotated_transformer.__main__ import main, option_name, what_was_trained
+from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
+from annotated_transformer.cli import what_was_trained
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
+from annotated_transformer.recipe_options import option_name
 from annotated_transformer.recipes import Recipe
 from annotated_transformer.tokenization import build_vocabularies
 from annotated_transformer.training import Trainer
@@ -250,7 +252,8 @@ def test_help_of_each_command(capsys, command, options):
 
 
 def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
-    from annotated_transformer.__main__ import build_parser, recipe_from_args
+    from annotated_transformer.cli import build_parser
+    from annotated_transformer.recipe_options import recipe_from_args
 
     args = build_parser().parse_args(
         ["train", "--max-minutes", "2.5", "--d-k", "16", "--d-v", "8", "--positional", "learned",
@@ -262,7 +265,8 @@ def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
 
 
 def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
-    from annotated_transformer.__main__ import build_parser, recipe_from_args
+    from annotated_transformer.cli import build_parser
+    from annotated_transformer.recipe_options import recipe_from_args
     from annotated_transformer.tokenization import build_vocabularies
 
     recipe = recipe_from_args(build_parser().parse_args(["train", "--layers", "4", "--decoder-layers", "1"]))
@@ -300,6 +304,21 @@ def test_experiment_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["experiment", "table4"])
     assert "invalid choice: 'table4'" in capsys.readouterr().err
+
+
+def test_the_complete_command_line_is_chapter_15s_with_the_experiment_of_chapters_17_and_18(capsys):
+    from annotated_transformer import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["experiment", "table3"])
+    assert "invalid choice: 'experiment'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = re.findall(r"^    (\w[\w-]*)", capsys.readouterr().out, re.MULTILINE)
+    assert listed == ["train", "translate", "evaluate", "experiment", "average"]
+    with pytest.raises(SystemExit):
+        main(["experiment", "--help"])
+    assert "{table3,layer-norm}" in capsys.readouterr().out
 
 
 # --- faults: what the user sees --------------------------------------------------------------------
@@ -558,7 +577,7 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(run, tmp_path, capsys, m
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer import __main__ as cli
+    from annotated_transformer import cli, command_files
 
     def never(*args, **kwargs):
         raise AssertionError("translated before checking the output")
@@ -574,19 +593,19 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_pa
         assert fails(capsys, "translate", run, "Hallo.", "--output", output).endswith(expected)
     assert "is a directory" in fails(capsys, "evaluate", run, "--output", tmp_path)
     assert "is a directory" in fails(capsys, "average", run / "checkpoints", "-k", "1", "-o", tmp_path)
-    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(command_files.os, "access", lambda path, mode: False)
     message = fails(capsys, "translate", run, "Hallo.", "--output", tmp_path / "out.txt")
     assert message.endswith(f"--output {tmp_path / 'out.txt'} cannot be written: no permission to write in "
                             f"{tmp_path}")
 
 
 def test_a_failed_write_names_the_users_file_not_a_temporary_one(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer import __main__ as cli
+    from annotated_transformer import command_files
 
     def full_disk(path, text):
         raise OSError(28, "No space left on device", str(path.with_name(f".{path.name}.123.tmp")))
 
-    monkeypatch.setattr(cli, "atomic_write_text", full_disk)
+    monkeypatch.setattr(command_files, "atomic_write_text", full_disk)
     output = tmp_path / "out.txt"
     message = fails(capsys, "translate", run, "Hallo.", "--beam-size", "1", "--output", output)
     assert message.endswith(f"cannot write --output {output}: No space left on device")
@@ -607,7 +626,7 @@ def test_a_finite_but_exploded_loss_is_not_reported_as_a_success_in_silence(run,
 
 
 def test_out_of_gpu_memory_names_a_smaller_batch_and_keeps_the_run_resumable(tmp_path, capsys, monkeypatch):
-    from annotated_transformer import __main__ as cli
+    from annotated_transformer import cli
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

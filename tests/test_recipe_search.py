@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
 import cpu_recipe_search
 import gpu_recipe_search
 
-from annotated_transformer.__main__ import add_recipe_options
+from annotated_transformer.recipe_options import add_recipe_options
 
 
 def test_a_translation_runs_on_past_twice_its_reference_and_five_words():
