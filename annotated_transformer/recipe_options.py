@@ -11,6 +11,7 @@ __all__ = ['CONFIGURATIONS', 'OPTION_NAMES', 'CHOICES', 'RECIPE_HELP', 'describe
 import argparse
 import dataclasses
 import textwrap
+import typing
 
 from .data import CORPORA
 from .recipes import RECIPES, Recipe, get_recipe
@@ -33,12 +34,12 @@ def describe_configuration(name: str) -> str:
 
 # %% ../book/15_command_line.ipynb #baf5b919
 OPTION_NAMES = {"n_layers": "layers", "n_heads": "heads"}  # N and h in Table 3
-CHOICES = {
-    "corpus": CORPORA,
-    "vocab": ("bpe", "word"),
-    "precision": ("auto", "fp32", "bf16", "fp16"),
-    "positional": ("sinusoidal", "learned"),
-    "norm_position": ("post", "pre"),
+# An option's choices: the corpora of chapter 11, and for a field typed with a Literal, its choices
+# (the one place they are written: Recipe checks the same type).
+CHOICES = {"corpus": CORPORA} | {
+    field.name: typing.get_args(field.type)
+    for field in dataclasses.fields(Recipe)
+    if typing.get_origin(field.type) is typing.Literal
 }
 RECIPE_HELP = {
     "corpus": "the training data",
