@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import json
 import math
-import re
 import shlex
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .data import CORPORA, DataError, corpus
+from .errors import Setting, SettingsMessage
 from .decoding import save_average
 from .distributed import init_distributed, shutdown_distributed
 from .checkpoints import atomic_write_text, checkpoint_paths
@@ -37,7 +37,7 @@ if __name__ != "__main__":  # in the package; in this notebook, the chapter's ow
     from annotated_transformer.command_files import check_output, decode_utf8, output_errors
     from annotated_transformer.command_files import read_input, read_lines, write_lines
     from annotated_transformer.recipe_options import add_recipe_options, describe_configuration
-    from annotated_transformer.recipe_options import option_name, recipe_fields, recipe_from_args
+    from annotated_transformer.recipe_options import option_name, recipe_from_args
 
 # %% ../book/15_command_line.ipynb #c6d35a96
 def _resolve_checkpoints(sources: Sequence[Path], last: int) -> list[Path]:
@@ -142,7 +142,7 @@ def _run_train(args: argparse.Namespace) -> int:
                                         device=context.device, progress=not args.quiet, rank=context.rank,
                                         world_size=context.world_size)
         except TrainingDiverged as error:
-            raise ValueError(f"{error}; {_after_divergence(run_dir)}") from None
+            raise ValueError(f"{_spelled(error)}; {_after_divergence(run_dir)}") from None
         except torch.OutOfMemoryError:
             raise ValueError(out_of_memory(recipe, run_dir)) from None
         if context.is_main:
@@ -164,7 +164,7 @@ def _training_warnings(args: argparse.Namespace) -> Iterator[None]:
 
         def show_now(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, TrainingWarning):
-                warn(args, _command_line_message(message))
+                warn(args, _command_line_message(message))  # its settings said as options
             else:
                 show(message, category, filename, lineno, file, line)
 
@@ -475,36 +475,34 @@ def _parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None
     return args
 
 # %% ../book/15_command_line.ipynb #47e1d696
-# How the library's messages name a Python argument, and how the command line says it.
-_ARGUMENT_WORDING = (
-    ("pass root= a folder", "pass --data-dir a folder"),
-    ("(root=)", "(--data-dir)"),
-    ("Pass a folder that holds", "Give --data-dir a folder that holds"),
-    ("or leave root unset to use the cache", "or leave out --data-dir to use the cache"),
-    ("and download=False. Pass download=True to download it", "and --no-download was given. Leave it "
-     "out to download it"),
-    ("load again with download=True", "run again without --no-download"),
-    (", or cache_dir=)", ")"),
-    ("(or None: no clipping)", "(leave it out for no clipping)"),
-    ("(or None: no time limit)", "(inf: no time limit)"),
-    ("run the same training again", "run the same command again"),
-    ("in a new run directory", "in a new --run-dir"),
-)
+def _option_spelling(setting: Setting) -> str:
+    """How the command line says a setting that a library message names (see `Setting`): a Recipe
+    field as its option (`lr_factor` is --lr-factor), the data loader's `root` as --data-dir and
+    `download=False` as --no-download. None is said as leaving the option out (or inf, for a
+    time limit)."""
+    if setting.name == "download":
+        return "leaving out --no-download" if setting.value else "--no-download"
+    option = "--data-dir" if setting.name == "root" else option_name(setting.name)
+    if setting.value is ...:
+        return option
+    if setting.value is None:
+        return f"{option} inf" if setting.name == "max_minutes" else f"leaving out {option}"
+    return f"{option} {setting.value}"
+
+
+def _spelled(error: BaseException) -> str:
+    """An error's message, with the settings it names said as options."""
+    return error.spelled(_option_spelling) if isinstance(error, SettingsMessage) else str(error)
 
 
 def _command_line_message(error: BaseException) -> str:
     """An error message as the command line says it: on one line, with the options where the
-    library names Python arguments (`root=` is --data-dir, `lr_factor` is --lr-factor, ...)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    library names its settings (`root` is --data-dir, `lr_factor` is --lr-factor, ...)."""
+    lines = [line.strip() for line in _spelled(error).splitlines() if line.strip()]
     message = lines[0] if lines else type(error).__name__
     for line in lines[1:]:  # a list of differences, say: one line, separated by semicolons
         message += (" " if message.endswith(":") else "; ") + line
-    for python, option in _ARGUMENT_WORDING:
-        message = message.replace(python, option)
-    message = re.sub(r"\broot='([^']*)'", r"--data-dir \1", message)
-    fields = {field.name for field in recipe_fields()}
-    return re.sub(r"\((\w+), (?=now |e\.g\. )",
-                  lambda match: f"({option_name(match[1]) if match[1] in fields else match[1]}, ", message)
+    return message
 
 
 def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Callable] = ()) -> int:

@@ -25,9 +25,13 @@ import zlib
 from functools import lru_cache
 from pathlib import Path
 
+from .errors import Setting, SettingsMessage
+
 # %% ../book/11_data.ipynb #1659a94d
-class DataError(RuntimeError):
-    """A data file is missing, unreachable, corrupt or inconsistent. The message says what to do."""
+class DataError(SettingsMessage, RuntimeError):
+    """A data file is missing, unreachable, corrupt or inconsistent. The message says what to do,
+    naming the loader's arguments as `Setting`s (`root`, `download`), so that the command line
+    (chapter 15) can name its options instead."""
 
 # %% ../book/11_data.ipynb #5ac584e8
 CACHE_ENV = "ANNOTATED_TRANSFORMER_CACHE"
@@ -51,7 +55,7 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def _download(url: str, destination: Path, sha256: str | None, timeout: float, advice: str) -> Path:
+def _download(url: str, destination: Path, sha256: str | None, timeout: float, advice: tuple) -> Path:
     """download_file, with `advice` (what to do) ending every error message."""
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
@@ -61,11 +65,11 @@ def _download(url: str, destination: Path, sha256: str | None, timeout: float, a
     except OSError as error:
         raise (_disk_full(destination, error) or DataError(
             f"cannot write to {destination.parent}: {error}. Choose a folder you can write to (for the data "
-            f"cache: the environment variable {CACHE_ENV}, or cache_dir=).")) from error
+            f"cache: the environment variable {CACHE_ENV}).")) from error
     temporary = Path(name)
 
     def failure(reason: str) -> DataError:
-        return DataError(f"could not download {url}: {reason}. Nothing was saved. {advice}")
+        return DataError(f"could not download {url}: {reason}. Nothing was saved. ", *advice)
 
     try:
         digest, received, announced = hashlib.sha256(), 0, None
@@ -106,7 +110,7 @@ def download_file(
     """
     destination = Path(destination)
     advice = (f"Check the network connection and try again, or download the file some other way and "
-              f"save it as {destination}.")
+              f"save it as {destination}.",)
     return _download(url, destination, sha256, timeout, advice)
 
 # %% ../book/11_data.ipynb #8f9b52a4
@@ -120,7 +124,7 @@ def _disk_full(destination: Path, error: BaseException) -> DataError | None:
     return DataError(
         f"the disk is full: {destination} could not be written ({error.strerror}). Nothing was saved. Free "
         f"some space on the disk of {destination.parent}, or keep the data on another disk (for the data "
-        f"cache: the environment variable {CACHE_ENV}, or cache_dir=)."
+        f"cache: the environment variable {CACHE_ENV})."
     )
 
 
@@ -178,13 +182,13 @@ def _check_split(split: str) -> None:
                         f"{', '.join(MULTI30K_SPLITS)}")
 
 
-def _where_to_get(split: str, folder: Path, base_url: str, cache: bool = True) -> str:
+def _where_to_get(split: str, folder: Path, base_url: str, cache: bool = True) -> tuple[str | Setting, ...]:
     """What to do, as the end of a sentence: which files to download, from where, and where to put them."""
     urls = " and ".join(f"{base_url.rstrip('/')}/{split}.{language}.gz" for language in LANGUAGES)
     if not cache:
-        return f"download {urls} and put them in {folder}."
+        return (f"download {urls} and put them in {folder}.",)
     return (f"download {urls} and put them in {folder} (the cache folder; the environment variable "
-            f"{CACHE_ENV} moves it), or pass root= a folder that holds them.")
+            f"{CACHE_ENV} moves it), or pass a folder that holds them as ", Setting("root"), ".")
 
 
 def _problem(path: Path, sha256: str | None) -> str | None:
@@ -204,8 +208,9 @@ def _problem(path: Path, sha256: str | None) -> str | None:
 
 def _file_in_root(root: Path, split: str, name: str, sha256: str | None, base_url: str) -> Path:
     if not root.is_dir():
-        raise DataError(f"root={str(root)!r} is not a folder. Pass a folder that holds the Multi30k files "
-                        f"({split}.de.gz, {split}.en.gz, ...), or leave root unset to use the cache.")
+        raise DataError(Setting("root", str(root)), " is not a folder. Pass a folder that holds the Multi30k "
+                        f"files ({split}.de.gz, {split}.en.gz, ...) as ", Setting("root"), ", or use the "
+                        "cache: ", Setting("root", None), " takes them from there.")
     compressed, plain = root / name, root / name.removesuffix(".gz")
     if compressed.is_file():
         problem = _problem(compressed, sha256)
@@ -215,8 +220,8 @@ def _file_in_root(root: Path, split: str, name: str, sha256: str | None, base_ur
         return compressed
     if plain.is_file():
         return plain  # uncompressed: no pinned hash to compare with
-    raise DataError(f"neither {name} nor {plain.name} is in {root} (root=). "
-                    f"To fix it, {_where_to_get(split, root, base_url, cache=False)}")
+    raise DataError(f"neither {name} nor {plain.name} is in {root} (", Setting("root"), "). To fix it, ",
+                    *_where_to_get(split, root, base_url, cache=False))
 
 # %% ../book/11_data.ipynb #fdb04c66
 def multi30k_path(
@@ -254,19 +259,20 @@ def multi30k_path(
             return path
         if not download:
             raise DataError(f"the cached file {path} is corrupt or a different version of Multi30k: "
-                            f"{problem}. Delete it and load again with download=True, or replace it "
-                            f"with {url}.")
+                            f"{problem}. Delete it, and ", Setting("download", True), " downloads it "
+                            f"again; or replace it with {url}.")
         path.unlink()  # corrupt: download it again below
     elif not download:
-        raise DataError(f"{name} is not in the cache folder {folder}, and download=False. Pass "
-                        f"download=True to download it, or {_where_to_get(split, folder, base_url)}")
-    advice = f"If this machine cannot download it, {_where_to_get(split, folder, base_url)}"
+        raise DataError(f"{name} is not in the cache folder {folder}, and ", Setting("download", False),
+                        " was given: ", Setting("download", True), " downloads it, or ",
+                        *_where_to_get(split, folder, base_url))
+    advice = ("If this machine cannot download it, ", *_where_to_get(split, folder, base_url))
     _download(url, path, sha256, 30.0, advice)
     problem = _problem(path, sha256) if sha256 is None else None  # pinned files were checked already
     if problem is not None:
         path.unlink()
         raise DataError(f"the file downloaded from {url} is unusable: {problem}. Nothing was kept. "
-                        f"Try again. {advice}")
+                        "Try again. ", *advice)
     return path
 
 # %% ../book/11_data.ipynb #0fca5008

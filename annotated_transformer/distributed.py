@@ -18,7 +18,8 @@ import torch
 from .batching import Batch, TokenBatchSampler, batch_by_tokens, copy_task, make_batch
 from .batching import shard_batches
 from .model import TransformerConfig, make_model
-from .training import TrainConfig, Trainer, default_device
+from .acceleration import default_device
+from .training import TrainConfig, Trainer
 
 # %% ../book/14_distributed.ipynb #6ca34180
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .training import default_device
+from .acceleration import default_device
 
 
 def describe_hardware(device: torch.device, world_size: int = 1) -> dict:

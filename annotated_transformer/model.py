@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import subsequent_mask
+from .errors import field_error
 from .layers import Dropout, Embeddings, Generator, PositionwiseFeedForward
 from .layers import LearnedPositionalEmbedding, PositionalEncoding
 from .multi_head_attention import KVCache, MultiHeadAttention, head_dims
@@ -36,7 +37,7 @@ def check_choice(name: str, value: Any, choices: Any) -> None:
     allowed = get_args(choices)
     if value not in allowed:
         names = " or ".join(", ".join(repr(choice) for choice in allowed).rsplit(", ", 1))
-        raise ValueError(f"{name} must be {names}, got {value!r}")
+        raise field_error(name, f"be {names}", value)
 
 # %% ../book/05_model.ipynb #88f1fbff
 @dataclass(frozen=True)
@@ -64,13 +65,13 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "n_layers", "d_model", "d_ff", "n_heads", "max_len"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise field_error(name, "be a positive integer", getattr(self, name))
         if self.n_decoder_layers is not None and self.n_decoder_layers < 1:
-            raise ValueError(f"n_decoder_layers must be a positive integer (or None: N), "
-                             f"got {self.n_decoder_layers}")
+            raise field_error("n_decoder_layers", "be a positive integer", self.n_decoder_layers,
+                              unset_means="N, as many as the encoder")
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+                raise field_error(name, "lie in [0, 1)", getattr(self, name))
         head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)  # raises on impossible head sizes
         check_choice("positional", self.positional, Positional)
         check_choice("norm_position", self.norm_position, NormPosition)

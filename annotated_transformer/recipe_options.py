@@ -120,11 +120,6 @@ def add_recipe_options(parser: argparse.ArgumentParser) -> None:
 
 
 def recipe_from_args(args: argparse.Namespace) -> Recipe:
-    try:
-        return get_recipe(args.config, **{field.name: getattr(args, field.name) for field in recipe_fields()})
-    except ValueError as error:  # Recipe names its field ("checkpoint_every ..."): name the option instead
-        message = str(error)
-        field_name = message.split(" ", 1)[0]
-        if field_name in {field.name for field in recipe_fields()}:
-            message = option_name(field_name) + message[len(field_name) :]
-        raise ValueError(message) from None
+    """The recipe of `--config` with the options given. A value it cannot take is a `FieldError` that
+    names its field, which `main` says as the option."""
+    return get_recipe(args.config, **{field.name: getattr(args, field.name) for field in recipe_fields()})

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .data import CORPORA
+from .errors import field_error
 from .model import NormPosition, Positional, TransformerConfig, check_choice
 from .multi_head_attention import head_dims
 from .tokenization import SPECIALS, Vocabularies, VocabKind
-from .training import Precision, TrainConfig
+from .acceleration import Precision
+from .training import TrainConfig
 
 # %% ../book/13_translation.ipynb #4f86fbc9
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ class Recipe:
         )
 
 # %% ../book/13_translation.ipynb #4eede59b
-# Recipe fields that count something, so at least 1 (d_k and d_v are checked by head_dims).
+# Recipe fields that count something, so at least 1.
 _COUNT_FIELDS = ("vocab_size", "min_freq", "n_layers", "d_model", "d_ff", "n_heads", "max_tokens",
                 "accumulate", "max_steps", "warmup", "checkpoint_every", "average_last", "beam_size")
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
@@ -127,7 +129,7 @@ def _check_type(spec: dataclasses.Field, value: Any) -> None:
     if not fits:
         wanted = " or ".join("None" if kind is type(None) else _TYPE_NAMES.get(kind, kind.__name__)
                              for kind in kinds)
-        raise ValueError(f"{spec.name} must be {wanted}, got {value!r}")
+        raise field_error(spec.name, f"be {wanted}", value)
 
 
 def _check_choices(recipe: Recipe) -> None:
@@ -142,28 +144,29 @@ def _check_choices(recipe: Recipe) -> None:
 def _check_ranges(recipe: Recipe) -> None:
     for name in _COUNT_FIELDS:
         if getattr(recipe, name) < 1:
-            raise ValueError(f"{name} must be at least 1, got {getattr(recipe, name)}")
+            raise field_error(name, "be at least 1", getattr(recipe, name))
     if recipe.decoder_layers is not None and recipe.decoder_layers < 1:
-        raise ValueError(f"decoder_layers must be at least 1 (or None: n_layers), "
-                         f"got {recipe.decoder_layers}")
+        raise field_error("decoder_layers", "be at least 1", recipe.decoder_layers,
+                          unset_means="as many as the encoder")
+    for name in ("d_k", "d_v"):  # head_dims checks them too, but names no field
+        if getattr(recipe, name) is not None and getattr(recipe, name) < 1:
+            raise field_error(name, "be at least 1", getattr(recipe, name), unset_means="d_model / n_heads")
     if recipe.vocab == "bpe" and recipe.vocab_size <= len(SPECIALS):
-        raise ValueError(f"vocab_size must exceed the {len(SPECIALS)} special tokens, "
-                         f"got {recipe.vocab_size}")
+        raise field_error("vocab_size", f"exceed the {len(SPECIALS)} special tokens", recipe.vocab_size)
     for name in ("dropout", "label_smoothing"):
         if not 0 <= getattr(recipe, name) < 1:
-            raise ValueError(f"{name} must lie in [0, 1), got {getattr(recipe, name)}")
+            raise field_error(name, "lie in [0, 1)", getattr(recipe, name))
     if not (math.isfinite(recipe.lr_factor) and recipe.lr_factor > 0):
-        raise ValueError(f"lr_factor must be a positive finite number, got {recipe.lr_factor}")
+        raise field_error("lr_factor", "be a positive finite number", recipe.lr_factor)
     clip = recipe.clip_grad_norm
     if clip is not None and not (math.isfinite(clip) and clip > 0):
-        raise ValueError(f"clip_grad_norm must be a positive finite number (or None: no clipping), "
-                         f"got {clip}")
+        raise field_error("clip_grad_norm", "be a positive finite number", clip, unset_means="no clipping")
     if not (math.isfinite(recipe.alpha) and recipe.alpha >= 0):
-        raise ValueError(f"alpha must be >= 0 and finite, got {recipe.alpha}")
+        raise field_error("alpha", "be >= 0 and finite", recipe.alpha)
     if recipe.max_minutes is not None and not recipe.max_minutes > 0:
-        raise ValueError(f"max_minutes must be positive (or None: no time limit), got {recipe.max_minutes}")
+        raise field_error("max_minutes", "be positive", recipe.max_minutes, unset_means="no time limit")
     if not 0 <= recipe.cooldown <= 1:
-        raise ValueError(f"cooldown must lie in [0, 1] (a share of max_steps), got {recipe.cooldown}")
+        raise field_error("cooldown", "lie in [0, 1] (a share of the steps)", recipe.cooldown)
 
 # %% ../book/13_translation.ipynb #fe9800bd
 RECIPES: dict[str, Recipe] = {

@@ -164,8 +164,8 @@ def _check_recipe(run_dir: Path, recipe: Recipe, saved: dict | None = None, writ
     if changed:
         details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         raise ValueError(
-            f"{run_dir} holds a run of another configuration ({details}); use a new --run-dir, "
-            f"or the same options to resume it"
+            f"{run_dir} holds a run of another configuration ({details}); train in a new run "
+            f"directory, or with the same settings to resume it"
         )
     if write:
         atomic_write_text(path, json.dumps(dataclasses.asdict(recipe), indent=1))

@@ -21,6 +21,7 @@ import torch.distributed
 
 from .data import corpus
 from .decoding import average_checkpoints
+from .errors import Setting, SettingsMessage
 from .model import Transformer, make_model
 from .tokenization import Vocabularies, VocabularyError
 from .checkpoints import atomic_write_text
@@ -104,9 +105,9 @@ def train_translation(
                                     "longest_source": max(map(len, encoded.source), default=0)}
         resumed = _resume(trainer, run_dir, vocabs, write)
         ClockFit(trainer, recipe, write).restore(resumed)
-        message = batch_warning(encoded.lengths(), recipe.max_tokens)
-        if write and message is not None and trainer.step < recipe.max_steps:
-            warnings.warn(message, TrainingWarning, stacklevel=2)
+        warning = batch_warning(encoded.lengths(), recipe.max_tokens)
+        if write and warning is not None and trainer.step < recipe.max_steps:
+            warnings.warn(warning, stacklevel=2)
         history = RunHistory(files.history, trainer.step, write, resumed.get("minutes", 0.0))
         validation = (_ValidationLog(validator, run_dir, trainer, vocabs, history) if validator and write
                       else None)
@@ -118,11 +119,12 @@ def train_translation(
                        hardware, steps=trainer.step, out_of_time=stopped, fitted_last_step=fitted)
 
 # %% ../book/13_translation.ipynb #7af0bfdf
-class TrainingWarning(UserWarning):
-    """A recipe that trains, but hardly as meant: batches of a single sentence, say."""
+class TrainingWarning(SettingsMessage, UserWarning):
+    """A recipe that trains, but hardly as meant: batches of a single sentence, say. The message
+    names the setting to change (`settings`)."""
 
 
-def batch_warning(lengths: Sequence[tuple[int, int]], max_tokens: int) -> str | None:
+def batch_warning(lengths: Sequence[tuple[int, int]], max_tokens: int) -> TrainingWarning | None:
     """A warning when most training pairs cannot share a batch of `max_tokens` tokens with another
     pair (`lengths`: source and target lengths), so that each is a batch of its own; else None."""
     sizes = sorted(max(source, target + 1) for source, target in lengths)  # padded, as batches count
@@ -131,10 +133,11 @@ def batch_warning(lengths: Sequence[tuple[int, int]], max_tokens: int) -> str | 
         return None
     median = sizes[len(sizes) // 2]
     steps = "every step trains" if alone == len(sizes) else "most steps train"
-    return (f"{steps} on a single sentence pair: {alone / len(sizes):.0%} of the training pairs (median "
-            f"length {median} tokens) are longer than half the batch size (max_tokens, now {max_tokens}), "
-            f"so each of them is a batch of its own; raise it to give batches room for many sentences, "
-            f"e.g. to {100 * median}")
+    return TrainingWarning(
+        f"{steps} on a single sentence pair: {alone / len(sizes):.0%} of the training pairs (median length "
+        f"{median} tokens) are longer than half the batch size (", Setting("max_tokens"),
+        f", now {max_tokens}), so each of them is a batch of its own; raise it to give batches room for "
+        f"many sentences, e.g. to {100 * median}")
 
 # %% ../book/13_translation.ipynb #c44ce0c9
 def _prepare_run_dir(run_dir: Path, recipe: Recipe, write: bool, world_size: int) -> None:

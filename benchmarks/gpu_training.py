@@ -48,6 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from training_throughput import TorchReference
 
+from annotated_transformer.acceleration import autocast_context, compile_forward_loss, use_fast_cuda_kernels
 from annotated_transformer.batching import batch_by_tokens, make_batch
 from annotated_transformer.checkpoints import atomic_write_text
 from annotated_transformer.data import corpus
@@ -60,13 +61,7 @@ from annotated_transformer.tokenization import (
     encode_pairs,
     token_batches,
 )
-from annotated_transformer.training import (
-    TrainConfig,
-    Trainer,
-    autocast_context,
-    compile_forward_loss,
-    use_fast_cuda_kernels,
-)
+from annotated_transformer.training import TrainConfig, Trainer
 
 PEAK_TFLOPS = {  # dense, per GPU: (bf16, tf32)
     "H100": (989.4, 494.7),

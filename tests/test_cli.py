@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import helpers
 import pytest
@@ -183,7 +184,7 @@ def test_evaluate_prints_both_bleu_scores_and_writes_json(run, tmp_path, capsys)
 def test_train_errors(run, tmp_path, capsys):
     message = fails(capsys, "train", "--run-dir", run, *TINY, "--dropout", "0.2")  # another config
     assert "holds a run of another configuration (dropout: 0.1 -> 0.2)" in message
-    assert "use a new --run-dir" in message
+    assert "train in a new run directory, or with the same settings to resume it" in message
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-model", "30", "--heads", "4")
     assert "d_model=30 is not divisible by n_heads=4" in message
     assert "--checkpoint-every must be at least 1" in fails(
@@ -279,7 +280,7 @@ def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
 
 def test_bad_values_of_new_fields_name_the_option(tmp_path, capsys):
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-k", "0")
-    assert "--d-k must be a positive integer or None, got 0" in message
+    assert message.endswith("--d-k must be at least 1, got 0; leaving out --d-k means d_model / n_heads")
     with pytest.raises(SystemExit):
         main(["train", "--positional", "rotary"])
     assert "invalid choice: 'rotary'" in capsys.readouterr().err
@@ -352,7 +353,7 @@ def test_divergence_names_the_step_the_value_and_the_options_and_keeps_a_checkpo
     assert message.startswith("python -m annotated_transformer train: error: training diverged at step ")
     assert re.search(r"the (loss|gradient norm) is (nan|inf)", message)
     assert "(--lr-factor, now 10000)" in message and "(--warmup, now 150 steps)" in message
-    assert "(--clip-grad-norm, e.g. 1.0)" in message and "new --run-dir" in message
+    assert "(--clip-grad-norm, e.g. 1.0)" in message and "in a new --run-dir" in message
     assert "\n" not in message
     kept = re.search(r"step_\d{8}\.pt", message)[0]
     diverged_at = int(re.search(r"diverged at step (\d+)", message)[1])
@@ -377,10 +378,10 @@ def test_divergence_before_the_first_checkpoint_lets_the_corrected_command_start
         ("--lr-factor", "nan", "--lr-factor must be a positive finite number, got nan"),
         ("--lr-factor", "0", "--lr-factor must be a positive finite number, got 0.0"),
         ("--lr-factor", "-1", "--lr-factor must be a positive finite number, got -1.0"),
-        ("--clip-grad-norm", "0", "--clip-grad-norm must be a positive finite number (leave it out for no "
-         "clipping), got 0.0"),
-        ("--clip-grad-norm", "inf", "--clip-grad-norm must be a positive finite number (leave it out for no "
-         "clipping), got inf"),
+        ("--clip-grad-norm", "0", "--clip-grad-norm must be a positive finite number, got 0.0; leaving out "
+         "--clip-grad-norm means no clipping"),
+        ("--clip-grad-norm", "inf", "--clip-grad-norm must be a positive finite number, got inf; leaving out "
+         "--clip-grad-norm means no clipping"),
         ("--dropout", "1.5", "--dropout must lie in [0, 1), got 1.5"),
         ("--label-smoothing", "1", "--label-smoothing must lie in [0, 1), got 1.0"),
         ("--layers", "-2", "--layers must be at least 1, got -2"),
@@ -389,7 +390,10 @@ def test_divergence_before_the_first_checkpoint_lets_the_corrected_command_start
         ("--accumulate", "0", "--accumulate must be at least 1, got 0"),
         ("--max-steps", "-5", "--max-steps must be at least 1, got -5"),
         ("--alpha", "nan", "--alpha must be >= 0 and finite, got nan"),
-        ("--max-minutes", "nan", "--max-minutes must be positive (inf: no time limit), got nan"),
+        ("--max-minutes", "nan", "--max-minutes must be positive, got nan; --max-minutes inf means no time "
+         "limit"),
+        ("--decoder-layers", "0", "--decoder-layers must be at least 1, got 0; leaving out --decoder-layers "
+         "means as many as the encoder"),
         ("--vocab-size", "4", "--vocab-size must exceed the 4 special tokens, got 4"),
     ],
 )
@@ -528,15 +532,18 @@ def test_evaluate_reads_the_test_set_from_the_runs_data_folder(tmp_path, capsys,
 
 def test_data_errors_name_the_options_not_python_arguments(tmp_path, capsys, offline):
     message = fails(capsys, "train", "--corpus", "multi30k", "--run-dir", tmp_path / "r", "--no-download")
-    assert "--no-download was given" in message and "pass --data-dir a folder" in message
-    assert "root=" not in message and "download=" not in message
+    assert "--no-download was given: leaving out --no-download downloads it" in message
+    assert message.endswith("or pass a folder that holds them as --data-dir.")
+    assert "root=" not in message and "as root" not in message and "download=" not in message
     message = fails(capsys, "train", "--corpus", "multi30k", "--run-dir", tmp_path / "r", "--data-dir",
                     tmp_path / "missing")
-    assert f"--data-dir {tmp_path / 'missing'} is not a folder" in message and "root=" not in message
+    assert message.endswith(f"error: --data-dir {tmp_path / 'missing'} is not a folder. Pass a folder that "
+                            f"holds the Multi30k files (train.de.gz, train.en.gz, ...) as --data-dir, or use "
+                            f"the cache: leaving out --data-dir takes them from there.")
     (tmp_path / "folder").mkdir()
     message = fails(capsys, "train", "--corpus", "multi30k", "--run-dir", tmp_path / "r", "--data-dir",
                     tmp_path / "folder")
-    assert "(--data-dir)" in message and "root=" not in message
+    assert "(--data-dir)" in message and "(root)" not in message
 
 
 def test_a_device_this_machine_lacks_is_refused_before_any_work(run, tmp_path, capsys):
@@ -642,3 +649,24 @@ def test_out_of_gpu_memory_names_a_smaller_batch_and_keeps_the_run_resumable(tmp
     message = fails(capsys, "train", "--config", "builtin", "--run-dir", started)
     assert "run the same command, which resumes from the newest checkpoint" in message
     assert "start a new --run-dir with --max-tokens 750" in message
+
+
+def test_every_setting_a_library_message_names_is_an_option():
+    """A library message names settings as `Setting(name)`; the command line says each as its option.
+    A name with no option (a new argument of the data loader, say) would be said as an option that
+    does not exist, so every name the package's messages use must be one the parser knows."""
+    from annotated_transformer.cli import _option_spelling
+    from annotated_transformer.errors import Setting
+
+    package = Path(__file__).resolve().parents[1] / "annotated_transformer"
+    names = {name for path in package.glob("*.py")
+             for name in re.findall(r"""Setting\(\s*["'](\w+)["']""", path.read_text(encoding="utf-8"))}
+    assert {"root", "download", "lr_factor", "max_tokens"} <= names
+    from annotated_transformer.cli import build_parser
+
+    commands = next(action for action in build_parser()._actions if action.dest == "command")
+    options = {option for action in commands.choices["train"]._actions for option in action.option_strings}
+    for name in names:
+        for value in (..., None, 1):
+            spelled = _option_spelling(Setting(name, value))
+            assert re.search(r"--[\w-]+", spelled)[0] in options, (name, spelled)

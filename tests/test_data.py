@@ -38,6 +38,7 @@ from annotated_transformer.data import (
     multi30k_path,
     sha256_file,
 )
+from annotated_transformer.errors import Setting
 
 # SHA-256 of "\n".join(german + "\t" + english) over builtin_corpus("train"): any change to the
 # grammar, the random choices or the split sizes changes it. If the change is intended, update it.
@@ -184,7 +185,8 @@ def test_unreachable_server_says_where_to_put_the_files(closed_port_url, tmp_pat
         multi30k("val", cache_dir=cache, base_url=closed_port_url)
     message = str(info.value)
     assert closed_port_url + "val.de.gz" in message and closed_port_url + "val.en.gz" in message
-    assert str(cache) in message and "root=" in message
+    assert str(cache) in message and message.endswith("or pass a folder that holds them as root.")
+    assert Setting("root") in info.value.settings  # the command line says it as --data-dir
     assert files_in(cache) == []
 
 
@@ -211,7 +213,7 @@ def test_a_full_disk_while_downloading_says_so_and_saves_nothing(server, tmp_pat
     assert str(info.value) == (
         f"the disk is full: {destination} could not be written (No space left on device). Nothing was "
         f"saved. Free some space on the disk of {destination.parent}, or keep the data on another disk "
-        f"(for the data cache: the environment variable {CACHE_ENV}, or cache_dir=)."
+        f"(for the data cache: the environment variable {CACHE_ENV})."
     )
     assert files_in(tmp_path / "cache") == []
 
@@ -278,7 +280,8 @@ def test_corrupt_cached_file_is_reported_without_download(tmp_path):
         multi30k_path("val", "de", cache_dir=cache, download=False)
     message = str(info.value)
     assert "corrupt" in message and MULTI30K_SHA256["val.de.gz"] in message and sha(b"corrupted") in message
-    assert "download=True" in message
+    assert "Delete it, and download=True downloads it again" in message
+    assert info.value.settings == [Setting("download", True)]
 
 
 def test_download_false_with_nothing_cached(tmp_path):
@@ -286,9 +289,10 @@ def test_download_false_with_nothing_cached(tmp_path):
     with pytest.raises(DataError) as info:
         multi30k("train", cache_dir=cache, download=False)
     message = str(info.value)
-    assert "train.de.gz" in message and "download=False" in message
+    assert "train.de.gz" in message and "download=False was given: download=True downloads it" in message
     assert MULTI30K_BASE_URL + "train.de.gz" in message and MULTI30K_BASE_URL + "train.en.gz" in message
-    assert str(cache) in message and "root=" in message
+    assert str(cache) in message and message.endswith("as root.")
+    assert info.value.settings == [Setting("download", False), Setting("download", True), Setting("root")]
     assert not cache.exists()
 
 
@@ -337,10 +341,13 @@ def test_wrong_file_in_root_is_reported(tmp_path):
 
 
 def test_missing_file_in_root(tmp_path):
-    with pytest.raises(DataError, match=r"neither val\.de\.gz nor val\.de is in"):
+    with pytest.raises(DataError, match=r"neither val\.de\.gz nor val\.de is in .* \(root\)\. To fix"):
         multi30k("val", root=tmp_path)
-    with pytest.raises(DataError, match="is not a folder"):
+    with pytest.raises(DataError) as info:
         multi30k("val", root=tmp_path / "nowhere")
+    assert str(info.value) == (
+        f"root={str(tmp_path / 'nowhere')!r} is not a folder. Pass a folder that holds the Multi30k files "
+        f"(val.de.gz, val.en.gz, ...) as root, or use the cache: root=None takes them from there.")
 
 
 def test_line_count_mismatch(tmp_path):

@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import small_config
 
+from annotated_transformer.acceleration import default_device
 from annotated_transformer.batching import TokenBatchSampler, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.distributed import (
@@ -30,7 +31,6 @@ from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
     TrainConfig,
     Trainer,
-    default_device,
 )
 
 WORLD = 2

@@ -158,8 +158,8 @@ def test_a_full_disk_at_a_checkpoint_ends_training_in_one_line_and_the_same_comm
     assert message == (
         f"python -m annotated_transformer train: error: the disk is full: {path} could not be written (No "
         f"space left on device), and nothing was changed; the run can resume from its checkpoint "
-        f"step_00000002.pt: free some space on its disk and run the same command again, or train in a new "
-        f"--run-dir on another disk"
+        f"step_00000002.pt: free some space on its disk and run the same training again, or train in a new "
+        f"run directory on another disk"
     )
     kept = checkpoint_paths(run_dir / "checkpoints")
     assert [p.name for p in kept] == ["step_00000001.pt", "step_00000002.pt"]  # none deleted for the new one
@@ -227,7 +227,7 @@ def test_a_second_training_of_a_run_is_refused_naming_the_process_and_a_killed_o
         assert first.poll() is None
         message = fails(capsys, "train", "--run-dir", run_dir, *TINY)
         assert f"error: {run_dir} is in use: process {first.pid} is training in it" in message
-        assert "wait for it to end or stop it, or train in a new --run-dir" in message
+        assert "wait for it to end or stop it, or train in a new run directory" in message
     finally:
         os.kill(first.pid, signal.SIGKILL)  # as a crash: the lock file stays, the lock goes
         first.wait()
@@ -277,7 +277,7 @@ def test_a_run_directory_that_is_a_file_is_named_as_such(tmp_path, capsys):
     file.write_text("not a run")
     message = fails(capsys, "train", "--run-dir", file, *TINY)
     assert message.endswith(f"error: the run directory {file} is a file, not a folder: move the file, or "
-                            f"train in a new --run-dir")
+                            f"train in a new run directory")
     message = fails(capsys, "train", "--run-dir", file / "run", *TINY)
     assert f"the run directory {file / 'run'} cannot be made: {file} is a file, not a folder" in message
     assert file.read_text() == "not a run"
@@ -316,7 +316,9 @@ def test_batches_of_single_sentences_are_warned_of(run, tmp_path, capsys):
                             "sentence pair: 100% of the training pairs")
     assert "(--max-tokens, now 3)" in error and error.count("\n") == 1
     assert batch_warning([(10, 9)] * 10, 1500) is None
-    assert batch_warning([(10, 9)] * 6 + [(2, 1)] * 4, 15).startswith("most steps train on a single")
+    warning = batch_warning([(10, 9)] * 6 + [(2, 1)] * 4, 15)
+    assert str(warning).startswith("most steps train on a single")
+    assert [setting.name for setting in warning.settings] == ["max_tokens"]
     with pytest.warns(TrainingWarning, match=r"\(max_tokens, now 3\)"):
         recipe = get_recipe("builtin", d_model=32, d_ff=64, n_layers=1, n_heads=2, max_steps=1, max_tokens=3)
         train_translation(recipe, new_run(run, tmp_path, "library"), device="cpu", progress=False)

@@ -242,7 +242,7 @@ def test_compiled_training_compiles_at_most_twice_over_many_batch_shapes():
 
     torch._dynamo.reset()
     t = trainer(max_steps=200)
-    from annotated_transformer.training import compile_forward_loss
+    from annotated_transformer.acceleration import compile_forward_loss
 
     t.forward_loss = compile_forward_loss(t._forward_loss, backend=counting_backend)
     pairs = random_pairs(2000, seed=1)

@@ -639,3 +639,24 @@ def test_harvard_form_by_position_and_with_one_vocabulary():
 def test_make_model_calls_it_cannot_read_show_the_keyword_form(call, message):
     with pytest.raises(TypeError, match=message):
         call()
+
+
+def test_a_config_error_names_its_field_apart_from_the_text():
+    """A command line names its own option in a config's message (chapter 15), so the error must
+    carry the field, not only a sentence that begins with it."""
+    import pickle
+
+    from annotated_transformer.errors import FieldError, Setting
+
+    with pytest.raises(FieldError) as info:
+        TransformerConfig(norm_position="middle")
+    error = info.value
+    assert str(error) == "norm_position must be 'post' or 'pre', got 'middle'"
+    assert error.field == "norm_position" and isinstance(error, ValueError)
+    as_option = error.spelled(lambda setting: "--" + setting.name.replace("_", "-"))
+    assert as_option.startswith("--norm-position must")
+    with pytest.raises(FieldError) as info:
+        TransformerConfig(n_decoder_layers=0)
+    assert info.value.settings == [Setting("n_decoder_layers"), Setting("n_decoder_layers", None)]
+    assert str(info.value).endswith("; n_decoder_layers=None means N, as many as the encoder")
+    assert str(pickle.loads(pickle.dumps(info.value))) == str(info.value)  # e.g. from a worker process

@@ -12,6 +12,12 @@ import torch
 import torch.nn.functional as F
 from helpers import small_config
 
+from annotated_transformer.acceleration import (
+    autocast_context,
+    compile_forward_loss,
+    resolve_precision,
+    reuse_freed_memory,
+)
 from annotated_transformer.batching import EOS, PAD, Batch, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.checkpoints import (
     CheckpointError,
@@ -34,13 +40,9 @@ from annotated_transformer.training import (
     TrainConfig,
     Trainer,
     TrainingDiverged,
-    autocast_context,
-    compile_forward_loss,
     evaluate,
     quick_mode,
     read_steps,
-    resolve_precision,
-    reuse_freed_memory,
     train_copy_task,
 )
 
