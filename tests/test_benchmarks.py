@@ -69,3 +69,37 @@ def test_the_dropout_benchmark_replaces_every_positive_dropout():
     assert dropouts and not any(isinstance(m, Dropout) for m in dropouts)
     model = dropout_share.with_dropouts(model, "no dropout")
     assert not any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def test_the_profile_of_a_step_groups_its_time_by_kind(tmp_path):
+    import gpu_profile
+
+    out = tmp_path / "profile.json"
+    result = gpu_profile.main(["--tiny", "--device", "cpu", "--compile-backend", "eager", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["step"]["compiled"] and result["step"]["precision"] == "bf16"
+    assert 0 < result["busy_ms"] and 0 < result["busy_share"] <= 1
+    assert abs(sum(row["share"] for row in result["kinds"]) - 1) < 1e-6
+    kinds = {row["kind"] for row in result["kinds"]}
+    assert {"matrix products", "attention"} <= kinds  # the CPU's aten::mm and its attention operators
+    assert result["kernels"] == sorted(result["kernels"], key=lambda row: -row["ms"])
+
+
+def test_gpu_kernels_are_sorted_into_kinds_by_their_names():
+    import gpu_profile
+
+    kinds = {  # names of the kernels a bf16 step runs on an H100 (cuBLAS, PyTorch, Triton)
+        "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT": "matrix products",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "matrix products",
+        "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)": "attention",
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>": "attention",
+        "triton_per_fused__to_copy_add_native_layer_norm_0": "fused (Triton)",
+        "void at::native::multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor>": "optimizer",
+        "Memcpy HtoD (Pageable -> Device)": "copies and fills",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>":
+            "copies and fills",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>": "element-wise and reductions",
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL": "communication",
+        "void some_new_library_kernel<128>": "other",
+    }
+    assert {name: gpu_profile.kind_of(name) for name in kinds} == kinds

@@ -92,3 +92,42 @@ def test_committed_gpu_results_name_their_hardware_or_run(name):
         assert result and all({"step", "minutes", "val_nll", "val_bleu_greedy"} <= set(r) for r in result)
     else:
         assert "H200" in json.dumps(result["hardware"])
+
+
+def test_the_table3_stage_runs_side_by_side_and_checks_convergence(tmp_path):
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    gpu_finale.main(["table3", "--tiny", "--run-root", str(runs), "--out", str(out)])
+    report = json.loads((out / "table3.json").read_text())
+    assert [row["row"] for row in report["rows"]] == ["base×2", "base", "E"] and report["left_out"] == []
+    doubled, base = report["rows"][0], report["rows"][1]
+    assert doubled["steps"] == 2 * base["steps"] == 2 * report["scale"]["recipe"]["max_steps"]
+    check = report["convergence"]
+    assert check["val_bleu"] == [base["val_bleu"], doubled["val_bleu"]]
+    assert check["levelled_off"] == (abs(doubled["val_bleu"] - base["val_bleu"]) < 1)
+    assert report["exit_status"] == 0 and report["scale"]["name"] == "quick"
+
+
+def test_the_table3_stage_stops_at_its_time_and_names_what_it_left_out(tmp_path):
+    out = tmp_path / "out"
+    gpu_finale.main(["table3", "--tiny", "--run-root", str(tmp_path / "runs"), "--out", str(out),
+                     "--wait-minutes", "0.01"])
+    report = json.loads((out / "table3.json").read_text())
+    assert report["rows"] == [] and len(report["left_out"]) == 3 and report["convergence"] is None
+    assert report["exit_status"] != 0
+
+
+def test_the_table3_plan_shares_the_runs_two_experiments_have_in_common():
+    args = gpu_finale.parse_args(["table3", "--experiments", "table3", "layer-norm"])
+    scale, variants = gpu_finale.table3_plan(args)
+    slugs = [variant.slug(scale.base) for variant in variants]
+    assert len(slugs) == len(set(slugs)) == 1 + 19 + 8 - 1  # post-LN with warmup at N=6 is the base
+    assert variants[0].row == "base×2" and scale.name == "medium"
+
+
+def test_the_profile_stage_writes_both_profiles_in_tiny_mode(tmp_path):
+    out = tmp_path / "out"
+    assert gpu_finale.main(["profile", "--tiny", "--out", str(out)]) == 0
+    compiled, eager = (json.loads((out / f"profile_{mode}.json").read_text())
+                       for mode in ("compiled", "eager"))
+    assert compiled["step"]["compiled"] and not eager["step"]["compiled"]
+    assert all(abs(sum(k["share"] for k in p["kinds"]) - 1) < 1e-6 for p in (compiled, eager))

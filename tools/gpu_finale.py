@@ -6,6 +6,8 @@ that shows them runs wherever the package is installed; never model weights).
     python tools/gpu_finale.py final --data-dir DIR    # the search's choice trained again, alone
     python tools/gpu_finale.py bench --data-dir DIR    # benchmarks/gpu_training.py alone on the GPU
     python tools/gpu_finale.py tests                   # the GPU test suite (pytest -m gpu), its report
+    python tools/gpu_finale.py table3 --data-dir DIR   # Table 3 at --scale medium, side by side
+    python tools/gpu_finale.py profile                 # torch.profiler of the base model's bf16 step
     python tools/gpu_finale.py all --data-dir DIR --copy-to "$OUT" --deadline 570
                                                        # tests and a compile warm-up beside the search,
                                                        # then bench in the time left; results tarred
@@ -25,10 +27,19 @@ minutes, and scored as the search scores its choice (decoding chosen on validati
 It writes final.json and the files beside it, not search.json: the chapter then shows a run that had
 the GPU to itself, and the search that chose its recipe.
 
+**table3.** Chapter 17's rows of the paper's Table 3 (and with `--experiments table3 layer-norm`,
+chapter 18's post-/pre-LN runs) at `--scale` (medium: a scale for one GPU), `--workers` runs side by
+side, and the base run again for twice the steps: the rows are read as converged only where the
+base's validation BLEU moved by less than a point with twice the training. Rows still training at
+`--wait-minutes` are stopped and named in table3.json's `left_out`.
+
+**profile.** `benchmarks/gpu_profile.py` on the base model's bf16 step, compiled and eager: where
+the step's time goes (profile_compiled.json, profile_eager.json).
+
 Files (in `--out`): search.json (every candidate, the decoding choice, the choice), final.json (the
 chosen run: recipe, hardware, speed, the BLEU table), history.json and validation.json (its curves),
 translations.json (the 1,000 test sentences), attention.pt (weights of three test sentences),
-bench.json (stage bench), gpu_tests.txt (stage tests).
+bench.json (stage bench), gpu_tests.txt (stage tests), table3.json, profile_*.json.
 """
 
 import argparse
@@ -36,6 +47,7 @@ import dataclasses
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -49,12 +61,14 @@ from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import atomic_write_text, checkpoint_paths, read_checkpoint
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
+from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.run_directory import RunDirectory
 from annotated_transformer.tokenization import Vocabularies, cached_encode_pairs
 from annotated_transformer.translation import Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
+from annotated_transformer.variations import SCALES, Variant, run_variants, table3_variants
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "annotated_transformer" / "results" / "gpu"
@@ -149,13 +163,14 @@ def quiet_bleu(translator: Translator, sentence_pairs, beam_size: int):
 # --- the search: candidates side by side, the choice on val, then test once -------------------------
 
 
-def spawn(argv: list[str], log_path: Path, threads: int = 1) -> subprocess.Popen:
+def spawn(argv: list[str], log_path: Path, threads: int = 1, session: bool = False) -> subprocess.Popen:
     # Inductor compiles its kernels in a pool of processes, as many as the cores: two at most here,
     # so that a compilation beside the search does not take the candidates' cores.
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
            "TORCHINDUCTOR_COMPILE_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads)}
     with open(log_path, "w") as log:  # the child keeps its own copy of the file
-        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=session)  # a session: stopped with its children
 
 
 def common_options(args: argparse.Namespace) -> list[str]:
@@ -394,6 +409,101 @@ def run_all(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- table3: chapter 17's Table 3 at a scale for one GPU, and a convergence check ----------------------
+
+
+def table3_plan(args: argparse.Namespace) -> tuple:
+    """The scale and the runs of stage table3: the base for twice the steps first (the longest run),
+    then the experiments' rows; a run two experiments share (the same recipe) once."""
+    scale = SCALES["quick" if args.tiny else args.scale]
+    steps, every = scale.base.max_steps, scale.base.checkpoint_every
+    doubled = Variant("base, twice the steps", "base×2",
+                      {"max_steps": 2 * steps, "checkpoint_every": 2 * every})
+    variants = [doubled, *table3_variants(scale.base)]
+    if "layer-norm" in args.experiments:
+        variants += layer_norm_variants(scale.base)
+    if args.tiny:  # a smoke test: the base, twice the steps, and one row
+        variants = [v for v in variants if v.row in ("base×2", "base", "E")]
+    unique = {v.slug(scale.base): v for v in reversed(variants)}
+    return scale, [v for v in variants if unique[v.slug(scale.base)] is v]
+
+
+def table3_run(args: argparse.Namespace) -> int:
+    """Stage table3's child process: every run, `--workers` at a time (chapter 17's run_variants)."""
+    scale, variants = table3_plan(args)
+    run_variants(variants, scale, args.run_root / "table3", workers=args.workers, device=args.device,
+                 corpus_options=corpus_options(args), results_file="table3-all.json")
+    return 0
+
+
+def table3(args: argparse.Namespace) -> int:
+    """Stage table3: the runs in a child process, stopped at `--wait-minutes`; the rows that finished,
+    the convergence check and what was left out, in table3.json."""
+    scale, variants = table3_plan(args)
+    args.run_root.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, __file__, "table3-run", "--scale", scale.name, "--workers", str(args.workers),
+            "--experiments", *args.experiments, *common_options(args)]
+    started = time.monotonic()
+    # run_variants gives each worker its share of the threads
+    child = spawn(argv, args.run_root / "table3.log", threads=os.cpu_count() or 1, session=True)
+    try:
+        status = child.wait(timeout=60 * args.wait_minutes)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the child and its workers, which hold the GPU
+        status = child.wait()
+        print(f"table3: stopped after {args.wait_minutes} minutes", flush=True)
+    rows, left_out = [], []
+    for variant in variants:
+        path = args.run_root / "table3" / variant.slug(scale.base) / "result.json"
+        if path.exists():
+            rows.append({**json.loads(path.read_text()), "row": variant.row, "name": variant.name})
+        else:
+            left_out.append(variant.name)
+    by_row = {row["row"]: row for row in rows}
+    report = {
+        "hardware": rows[0]["hardware"] if rows else None,
+        "command": " ".join(["python tools/gpu_finale.py", *sys.argv[1:]]),
+        "date": datetime.date.today().isoformat(),
+        "scale": {"name": scale.name, "about": scale.about, "recipe": dataclasses.asdict(scale.base)},
+        "workers": args.workers,
+        "wall_minutes": round((time.monotonic() - started) / 60, 2),
+        "exit_status": status,
+        "rows": rows,
+        "left_out": left_out,
+        "convergence": convergence(by_row.get("base"), by_row.get("base×2")),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "table3.json", json.dumps(report, indent=1) + "\n")
+    print(f"table3: {len(rows)} runs finished, {len(left_out)} left out; convergence {report['convergence']}")
+    return 0
+
+
+def convergence(base: dict | None, doubled: dict | None) -> dict | None:
+    """The base's validation BLEU and perplexity after its steps and after twice as many: the issue's
+    test of a converged scale is a BLEU within 1 point."""
+    if base is None or doubled is None:
+        return None
+    change = doubled["val_bleu"] - base["val_bleu"]
+    return {"steps": [base["steps"], doubled["steps"]], "val_bleu": [base["val_bleu"], doubled["val_bleu"]],
+            "val_ppl": [base["val_ppl"], doubled["val_ppl"]], "bleu_change": round(change, 2),
+            "levelled_off": abs(change) < 1.0}
+
+
+# --- profile: where the base model's step spends its time ------------------------------------------
+
+
+def profile(args: argparse.Namespace) -> int:
+    """benchmarks/gpu_profile.py on the bf16 step, compiled then eager, alone on the GPU."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    status = 0
+    for mode, options in (("compiled", []), ("eager", ["--eager"])):
+        argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), *options,
+                "--out", str(args.out / f"profile_{mode}.json")]
+        argv += ["--tiny", "--device", "cpu", "--compile-backend", "eager"] if args.tiny else []
+        status = status or subprocess.call(argv, cwd=ROOT)
+    return status
+
+
 def copy_results(args: argparse.Namespace) -> None:
     if args.copy_to is None:
         return
@@ -410,7 +520,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("stage", choices=("search", "final", "bench", "tests", "all", "train-one"))
+    parser.add_argument("stage", choices=("search", "final", "bench", "tests", "all", "table3", "profile",
+                                          "train-one", "table3-run"))
     parser.add_argument("name", nargs="?", help="train-one: the candidate")
     parser.add_argument("--data-dir", help="a folder with the Multi30k files (never downloads)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -426,7 +537,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--bench-minutes", type=float, default=None, help="bench: start no row after this")
     parser.add_argument("--copy-to", type=Path, default=None, help="all, bench: tar the results there")
     parser.add_argument("--deadline", type=float, default=570, help="all: seconds for every stage")
-    parser.add_argument("--tiny", action="store_true", help="a small CPU run of the search (seconds)")
+    parser.add_argument("--tiny", action="store_true", help="a small CPU run of the stage (seconds)")
+    parser.add_argument("--scale", default="medium", choices=list(SCALES), help="table3: the scale")
+    parser.add_argument("--workers", type=int, default=8, help="table3: runs side by side")
+    parser.add_argument("--experiments", nargs="+", choices=("table3", "layer-norm"), default=["table3"],
+                        help="table3: chapter 17's Table 3, and chapter 18's post-/pre-LN runs")
     args = parser.parse_args(argv)
     if args.stage == "final":
         chosen = json.loads((args.out / "search.json").read_text())["chosen"]
@@ -439,6 +554,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.wait_minutes = args.minutes + 2
     if args.tiny:
         args.validate_every = min(args.validate_every, 10)
+        args.workers = min(args.workers, 2)
     if args.stage == "train-one" and args.name not in CANDIDATES:
         parser.error(f"train-one needs a candidate: one of {', '.join(CANDIDATES)}")
     return args
@@ -461,6 +577,18 @@ def main(argv=None) -> int:
         status = bench(args, minutes=args.bench_minutes)
         copy_results(args)
         return status
+    if args.stage == "table3-run":
+        return table3_run(args)
+    if args.stage == "table3":
+        try:
+            return table3(args)
+        finally:
+            copy_results(args)
+    if args.stage == "profile":
+        try:
+            return profile(args)
+        finally:
+            copy_results(args)
     if args.stage == "tests":
         with open(args.out / "gpu_tests.txt", "w") as report:
             return subprocess.call(tests_command(args), cwd=ROOT, stdout=report, stderr=subprocess.STDOUT)
