@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .data import CORPORA
-from .errors import field_error
+from .errors import FieldError, Setting, field_error
 from .model import NormPosition, Positional, TransformerConfig, check_choice
-from .multi_head_attention import head_dims
 from .tokenization import SPECIALS, Vocabularies, VocabKind
 from .acceleration import Precision
 from .training import TrainConfig
@@ -70,12 +69,19 @@ class Recipe:
             _check_type(spec, getattr(self, spec.name))
         _check_choices(self)
         _check_ranges(self)
-        head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)  # raises on impossible head sizes
+        _check_configurations(self)
 
-    def model_config(self, vocabs: Vocabularies) -> TransformerConfig:
+    def model_config(
+        self, vocabs: Vocabularies | None = None, *, src_vocab_size: int = 0, tgt_vocab_size: int = 0,
+        shared: bool = True,
+    ) -> TransformerConfig:
+        """The model of this recipe for `vocabs` (or for vocabularies of the sizes given)."""
+        if vocabs is not None:
+            src_vocab_size, tgt_vocab_size = len(vocabs.source.vocab), len(vocabs.target.vocab)
+            shared = vocabs.shared
         return TransformerConfig(
-            src_vocab_size=len(vocabs.source.vocab),
-            tgt_vocab_size=len(vocabs.target.vocab),
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
             n_layers=self.n_layers,
             n_decoder_layers=self.decoder_layers,
             d_model=self.d_model,
@@ -86,7 +92,7 @@ class Recipe:
             dropout=self.dropout,
             positional=self.positional,
             norm_position=self.norm_position,
-            share_embeddings=vocabs.shared,
+            share_embeddings=shared,
         )
 
     def train_config(self, checkpoint_dir: Path, progress: bool = True) -> TrainConfig:
@@ -111,9 +117,10 @@ class Recipe:
         )
 
 # %% ../book/13_translation.ipynb #4eede59b
-# Recipe fields that count something, so at least 1.
-_COUNT_FIELDS = ("vocab_size", "min_freq", "n_layers", "d_model", "d_ff", "n_heads", "max_tokens",
-                "accumulate", "max_steps", "warmup", "checkpoint_every", "average_last", "beam_size")
+# Recipe fields that count something, so at least 1, and that no configuration checks.
+_COUNT_FIELDS = ("vocab_size", "min_freq", "max_tokens", "checkpoint_every", "average_last", "beam_size")
+# The fields of TransformerConfig and TrainConfig that a Recipe calls otherwise.
+_RECIPE_NAMES = {"n_decoder_layers": "decoder_layers", "keep_checkpoints": "average_last"}
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
 
 
@@ -142,31 +149,33 @@ def _check_choices(recipe: Recipe) -> None:
 
 
 def _check_ranges(recipe: Recipe) -> None:
+    """The fields that no configuration of chapters 5 and 9 takes: the data, the batches, the
+    checkpoints kept and the decoding."""
     for name in _COUNT_FIELDS:
         if getattr(recipe, name) < 1:
             raise field_error(name, "be at least 1", getattr(recipe, name))
-    if recipe.decoder_layers is not None and recipe.decoder_layers < 1:
-        raise field_error("decoder_layers", "be at least 1", recipe.decoder_layers,
-                          unset_means="as many as the encoder")
+    if recipe.vocab == "bpe" and recipe.vocab_size <= len(SPECIALS):
+        raise field_error("vocab_size", f"exceed the {len(SPECIALS)} special tokens", recipe.vocab_size)
     for name in ("d_k", "d_v"):  # head_dims checks them too, but names no field
         if getattr(recipe, name) is not None and getattr(recipe, name) < 1:
             raise field_error(name, "be at least 1", getattr(recipe, name), unset_means="d_model / n_heads")
-    if recipe.vocab == "bpe" and recipe.vocab_size <= len(SPECIALS):
-        raise field_error("vocab_size", f"exceed the {len(SPECIALS)} special tokens", recipe.vocab_size)
-    for name in ("dropout", "label_smoothing"):
-        if not 0 <= getattr(recipe, name) < 1:
-            raise field_error(name, "lie in [0, 1)", getattr(recipe, name))
-    if not (math.isfinite(recipe.lr_factor) and recipe.lr_factor > 0):
-        raise field_error("lr_factor", "be a positive finite number", recipe.lr_factor)
-    clip = recipe.clip_grad_norm
-    if clip is not None and not (math.isfinite(clip) and clip > 0):
-        raise field_error("clip_grad_norm", "be a positive finite number", clip, unset_means="no clipping")
     if not (math.isfinite(recipe.alpha) and recipe.alpha >= 0):
         raise field_error("alpha", "be >= 0 and finite", recipe.alpha)
     if recipe.max_minutes is not None and not recipe.max_minutes > 0:
         raise field_error("max_minutes", "be positive", recipe.max_minutes, unset_means="no time limit")
-    if not 0 <= recipe.cooldown <= 1:
-        raise field_error("cooldown", "lie in [0, 1] (a share of the steps)", recipe.cooldown)
+
+
+def _check_configurations(recipe: Recipe) -> None:
+    """The model's and the training's fields are checked where they are defined, by TransformerConfig
+    (chapter 5) and TrainConfig (chapter 9), made here with stand-in vocabulary sizes; an error names
+    the recipe's field where a configuration calls it otherwise."""
+    try:
+        recipe.model_config(src_vocab_size=len(SPECIALS) + 1, tgt_vocab_size=len(SPECIALS) + 1, shared=True)
+        recipe.train_config(Path("checkpoints"))
+    except FieldError as error:
+        raise FieldError(*(Setting(_RECIPE_NAMES.get(part.name, part.name), part.value)
+                           if isinstance(part, Setting) else part for part in error.parts)) from None
+
 
 # %% ../book/13_translation.ipynb #fe9800bd
 RECIPES: dict[str, Recipe] = {

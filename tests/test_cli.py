@@ -384,16 +384,17 @@ def test_divergence_before_the_first_checkpoint_lets_the_corrected_command_start
          "--clip-grad-norm means no clipping"),
         ("--dropout", "1.5", "--dropout must lie in [0, 1), got 1.5"),
         ("--label-smoothing", "1", "--label-smoothing must lie in [0, 1), got 1.0"),
-        ("--layers", "-2", "--layers must be at least 1, got -2"),
-        ("--d-ff", "0", "--d-ff must be at least 1, got 0"),
-        ("--warmup", "0", "--warmup must be at least 1, got 0"),
-        ("--accumulate", "0", "--accumulate must be at least 1, got 0"),
-        ("--max-steps", "-5", "--max-steps must be at least 1, got -5"),
+        ("--layers", "-2", "--layers must be a positive integer, got -2"),
+        ("--d-ff", "0", "--d-ff must be a positive integer, got 0"),
+        ("--warmup", "0", "--warmup must be a positive integer, got 0"),
+        ("--accumulate", "0", "--accumulate must be a positive integer, got 0"),
+        ("--max-steps", "-5", "--max-steps must be a positive integer, got -5"),
         ("--alpha", "nan", "--alpha must be >= 0 and finite, got nan"),
         ("--max-minutes", "nan", "--max-minutes must be positive, got nan; --max-minutes inf means no time "
          "limit"),
-        ("--decoder-layers", "0", "--decoder-layers must be at least 1, got 0; leaving out --decoder-layers "
-         "means as many as the encoder"),
+        ("--decoder-layers", "0", "--decoder-layers must be a positive integer, got 0; leaving out "
+         "--decoder-layers means N, as many as the encoder"),
+        ("--average-last", "0", "--average-last must be at least 1, got 0"),
         ("--vocab-size", "4", "--vocab-size must exceed the 4 special tokens, got 4"),
     ],
 )

@@ -334,11 +334,11 @@ def test_recipe_json_round_trips(trained):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"n_layers": -2}, "n_layers must be at least 1, got -2"),
-        ({"d_model": 0}, "d_model must be at least 1, got 0"),
-        ({"max_steps": 0}, "max_steps must be at least 1, got 0"),
-        ({"warmup": 0}, "warmup must be at least 1, got 0"),
-        ({"accumulate": 0}, "accumulate must be at least 1, got 0"),
+        ({"n_layers": -2}, "n_layers must be a positive integer, got -2"),
+        ({"d_model": 0}, "d_model must be a positive integer, got 0"),
+        ({"max_steps": 0}, "max_steps must be a positive integer, got 0"),
+        ({"warmup": 0}, "warmup must be a positive integer, got 0"),
+        ({"accumulate": 0}, "accumulate must be a positive integer, got 0"),
         ({"dropout": 1.5}, r"dropout must lie in \[0, 1\), got 1.5"),
         ({"label_smoothing": -0.1}, r"label_smoothing must lie in \[0, 1\), got -0.1"),
         ({"lr_factor": float("inf")}, "lr_factor must be a positive finite number, got inf"),
