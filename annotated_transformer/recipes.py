@@ -71,17 +71,13 @@ class Recipe:
         _check_ranges(self)
         _check_configurations(self)
 
-    def model_config(
-        self, vocabs: Vocabularies | None = None, *, src_vocab_size: int = 0, tgt_vocab_size: int = 0,
-        shared: bool = True,
-    ) -> TransformerConfig:
-        """The model of this recipe for `vocabs` (or for vocabularies of the sizes given)."""
-        if vocabs is not None:
-            src_vocab_size, tgt_vocab_size = len(vocabs.source.vocab), len(vocabs.target.vocab)
-            shared = vocabs.shared
+    def model_config(self, vocabs: Vocabularies | None, sizes: tuple = (0, 0, True)) -> TransformerConfig:
+        """The model for `vocabs`; without them, for vocabularies of `sizes` (source, target, shared)."""
+        source, target, shared = sizes if vocabs is None else (
+            len(vocabs.source.vocab), len(vocabs.target.vocab), vocabs.shared)
         return TransformerConfig(
-            src_vocab_size=src_vocab_size,
-            tgt_vocab_size=tgt_vocab_size,
+            src_vocab_size=source,
+            tgt_vocab_size=target,
             n_layers=self.n_layers,
             n_decoder_layers=self.decoder_layers,
             d_model=self.d_model,
@@ -170,7 +166,7 @@ def _check_configurations(recipe: Recipe) -> None:
     (chapter 5) and TrainConfig (chapter 9), made here with stand-in vocabulary sizes; an error names
     the recipe's field where a configuration calls it otherwise."""
     try:
-        recipe.model_config(src_vocab_size=len(SPECIALS) + 1, tgt_vocab_size=len(SPECIALS) + 1, shared=True)
+        recipe.model_config(None, sizes=(len(SPECIALS) + 1, len(SPECIALS) + 1, True))
         recipe.train_config(Path("checkpoints"))
     except FieldError as error:
         raise FieldError(*(Setting(_RECIPE_NAMES.get(part.name, part.name), part.value)
