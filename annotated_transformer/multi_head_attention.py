@@ -12,20 +12,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attention, check_mask
+from .errors import FieldError, Setting, field_error
 
 # %% ../book/03_multi_head_attention.ipynb #eb6fbdbc
 def head_dims(d_model: int, n_heads: int, d_k: int | None = None, d_v: int | None = None) -> tuple[int, int]:
     """The per-head sizes (d_k, d_v): d_model / h unless given (paper §3.2.2); raises on bad sizes."""
     if n_heads < 1:
-        raise ValueError(f"n_heads must be at least 1, got {n_heads}")
+        raise field_error("n_heads", "be at least 1", n_heads)
     for name, size in (("d_k", d_k), ("d_v", d_v)):
         if size is not None and size < 1:
-            raise ValueError(f"{name} must be a positive integer or None, got {size}")
+            raise field_error(name, "be a positive integer", size, unset_means="d_model / n_heads")
     if (d_k is None or d_v is None) and d_model % n_heads != 0:
-        raise ValueError(
-            f"d_model={d_model} is not divisible by n_heads={n_heads}: each head gets "
-            f"d_model / n_heads dimensions, so choose n_heads dividing d_model "
-            f"(or give d_k and d_v explicitly)"
+        raise FieldError(
+            Setting("d_model", d_model), " is not divisible by ", Setting("n_heads", n_heads),
+            ": each head gets d_model / n_heads dimensions, so choose ", Setting("n_heads"), " dividing ",
+            Setting("d_model"), " (or give ", Setting("d_k"), " and ", Setting("d_v"), " explicitly)",
         )
     return (d_k or d_model // n_heads), (d_v or d_model // n_heads)
 

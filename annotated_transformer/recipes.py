@@ -152,9 +152,6 @@ def _check_ranges(recipe: Recipe) -> None:
             raise field_error(name, "be at least 1", getattr(recipe, name))
     if recipe.vocab == "bpe" and recipe.vocab_size <= len(SPECIALS):
         raise field_error("vocab_size", f"exceed the {len(SPECIALS)} special tokens", recipe.vocab_size)
-    for name in ("d_k", "d_v"):  # head_dims checks them too, but names no field
-        if getattr(recipe, name) is not None and getattr(recipe, name) < 1:
-            raise field_error(name, "be at least 1", getattr(recipe, name), unset_means="d_model / n_heads")
     if not (math.isfinite(recipe.alpha) and recipe.alpha >= 0):
         raise field_error("alpha", "be >= 0 and finite", recipe.alpha)
     if recipe.max_minutes is not None and not recipe.max_minutes > 0:

@@ -186,7 +186,9 @@ def test_train_errors(run, tmp_path, capsys):
     assert "holds a run of another configuration (dropout: 0.1 -> 0.2)" in message
     assert "train in a new run directory, or with the same settings to resume it" in message
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-model", "30", "--heads", "4")
-    assert "d_model=30 is not divisible by n_heads=4" in message
+    assert message.endswith("--d-model 30 is not divisible by --heads 4: each head gets d_model / n_heads "
+                            "dimensions, so choose --heads dividing --d-model (or give --d-k and --d-v "
+                            "explicitly)")
     assert "--checkpoint-every must be at least 1" in fails(
         capsys, "train", "--run-dir", tmp_path / "x", "--checkpoint-every", "0"
     )
@@ -280,7 +282,8 @@ def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
 
 def test_bad_values_of_new_fields_name_the_option(tmp_path, capsys):
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-k", "0")
-    assert message.endswith("--d-k must be at least 1, got 0; leaving out --d-k means d_model / n_heads")
+    assert message.endswith("--d-k must be a positive integer, got 0; leaving out --d-k means "
+                            "d_model / n_heads")
     with pytest.raises(SystemExit):
         main(["train", "--positional", "rotary"])
     assert "invalid choice: 'rotary'" in capsys.readouterr().err
