@@ -24,7 +24,7 @@ import torch
 from .model import TransformerConfig, config_sha256
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
 from .checkpoints import atomic_write_text
-from .checkpoints import DiskFullError, checkpoint_paths, disk_full
+from .checkpoints import DiskFullError, checkpoint_paths, checkpoint_step, disk_full
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.recipes import Recipe
@@ -59,7 +59,7 @@ class RunDirectory:
     @staticmethod
     def step_of(checkpoint: Path) -> int:
         """The step of a checkpoint that chapter 9's `checkpoint_path` named (`step_00000100.pt`: 100)."""
-        return int(checkpoint.stem.rpartition("_")[2])
+        return checkpoint_step(checkpoint)
 
     def newest_step(self) -> int:
         """The step of the newest checkpoint, 0 when there is none."""
