@@ -204,7 +204,8 @@ SCALES: dict[str, Scale] = {
     ),
     # For one GPU: the paper's depth, half its width, about 16 passes over Multi30k, at a peak rate
     # of about twice the paper's (the rate the multi30k-gpu recipe trains a post-LN model with).
-    # Small enough that every row trains side by side with the others on one GPU in minutes.
+    # Sized so that every row might train side by side with the others on one GPU in about seven
+    # minutes: an estimate from chapter 19's search, not yet a measurement.
     "medium": Scale(
         "medium",
         Recipe(
@@ -223,7 +224,7 @@ SCALES: dict[str, Scale] = {
             average_last=1,
         ),
         None,
-        "Multi30k, d_model 256, N=6, 1,000 steps of 6,000 tokens: minutes per row on a GPU",
+        "Multi30k, d_model 256, N=6, 1,000 steps of 6,000 tokens: for one GPU",
     ),
     # The paper's base model and schedule (§5), on Multi30k instead of WMT 2014.
     "paper": Scale(
