@@ -107,7 +107,7 @@ book: setup
 # What a reader meets in the built book: every page _toc.yml lists, in headless Chromium with the
 # network cut off. Fails on raw TeX or formulas MathJax did not typeset, images that do not load,
 # broken internal links, notebook errors, visible nbdev directives, or chapter numbers that are not
-# 1-18 (tools/browser_test.py). Builds the book first. Uses Debian's chromium (never `playwright
+# 1-20 (tools/browser_test.py). Builds the book first. Uses Debian's chromium (never `playwright
 # install`), installed with apt-get when it is missing (as root: CI), once.
 CHROMIUM ?= /usr/bin/chromium
 

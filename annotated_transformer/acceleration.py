@@ -54,7 +54,7 @@ def use_fast_cuda_kernels() -> None:
 
     - float32 matrix products on the tensor cores, in TF32 (a 10-bit mantissa);
     - no cuDNN kernel for `scaled_dot_product_attention`. On an H200 with PyTorch 2.11, bf16
-      training ran 4 to 6 times slower than float32 (chapter 19). Only bf16 and fp16 can use the
+      training ran 4 to 6 times slower than float32 (chapter 20). Only bf16 and fp16 can use the
       cuDNN kernel, which builds an execution plan for each new shape, and batches by token count
       come in hundreds of shapes: the likely cause. That kernel also gives a query whose keys are
       all masked the mean of the values, where chapter 2's attention gives zeros. Without it,

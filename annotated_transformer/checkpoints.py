@@ -187,7 +187,7 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """`text` to `path` in UTF-8, atomically (`atomic_write`): vocabularies, run descriptions,
-    histories and results (chapters 12 to 17)."""
+    histories and results (chapters 13 to 18)."""
     return atomic_write(path, lambda file: file.write(text.encode("utf-8")))
 
 

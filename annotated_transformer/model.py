@@ -27,7 +27,7 @@ from .multi_head_attention import KVCache, MultiHeadAttention, head_dims
 
 # %% ../book/05_model.ipynb #7d626a88
 Positional = Literal["sinusoidal", "learned"]  # §3.5's sinusoids, or Table 3 row (E)'s learned embeddings
-NormPosition = Literal["post", "pre"]  # the paper's LayerNorm(x + Sublayer(x)), or chapter 18's deviation
+NormPosition = Literal["post", "pre"]  # the paper's LayerNorm(x + Sublayer(x)), or chapter 19's deviation
 
 
 def check_choice(name: str, value: Any, choices: Any) -> None:
@@ -365,7 +365,7 @@ _LATER_FIELD_DEFAULTS = {("n_decoder_layers", None)}
 
 def config_sha256(config: TransformerConfig | dict) -> str:
     """A SHA-256 fingerprint of a model configuration (a TransformerConfig, or the dict a checkpoint
-    holds): checkpoints carry it, so that files of different models are never mixed (chapter 13)."""
+    holds): checkpoints carry it, so that files of different models are never mixed (chapter 14)."""
     fields = asdict(config) if isinstance(config, TransformerConfig) else dict(config)
     # A field added later is left out at the value that leaves the model as it was: checkpoints saved
     # before the field existed keep their fingerprint.

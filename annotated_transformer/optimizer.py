@@ -18,7 +18,7 @@ def rate(step: int, d_model: int = 512, warmup: int = 4000, factor: float = 1.0,
     lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 
     It rises linearly for `warmup` steps, peaks at step = warmup, then decays as step^-0.5.
-    `ramp=False` removes the warmup and nothing else (an ablation, chapter 18): the peak rate from
+    `ramp=False` removes the warmup and nothing else (an ablation, chapter 19): the peak rate from
     the first step, factor * d_model^-0.5 * min(step^-0.5, warmup^-0.5).
     """
     if step < 1:
@@ -70,7 +70,7 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
     def end_at(self, total_steps: int, cooldown: int) -> None:
         """Make `total_steps` the last optimizer step, with a cooldown over its last `cooldown`
         steps. The steps already taken keep the rates they had; the next one gets its rate under
-        the new end at once. Chapter 13 ends a run where its time limit falls (chapter 9's
+        the new end at once. Chapter 14 ends a run where its time limit falls (chapter 9's
         `Trainer.end_schedule_at`)."""
         cooldown_factor(1, total_steps, cooldown)  # a clear error for an impossible end
         schedule = self.lr_lambdas[0]

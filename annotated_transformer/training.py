@@ -53,7 +53,7 @@ class TrainConfig:
     max_steps: int = 100_000  # optimizer steps (§5.2: 100k for the base model)
     accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)
     warmup: int = 4000  # §5.3
-    warmup_ramp: bool = True  # False: the peak learning rate from step 1 (no warmup; chapter 18)
+    warmup_ramp: bool = True  # False: the peak learning rate from step 1 (no warmup; chapter 19)
     lr_factor: float = 1.0  # multiplies the §5.3 learning rate (1 = the paper)
     cooldown: float = 0.0  # not in the paper: over this share of max_steps at the end, the rate falls
     # linearly towards 0 (0.3: the last 30% of the steps; 0: the paper's schedule to the end)
@@ -407,7 +407,7 @@ class Trainer(_OptimizerStep, _TrainingLoop):
 
     When torch.distributed runs several processes (ranks), each rank trains on its own batches
     through DistributedDataParallel, and a step on k ranks gives exactly the gradient of one process
-    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 14).
+    on the union of their batches; rank 0 alone shows progress and writes checkpoints (chapter 15).
     `self.model` is always the plain model.
     """
 
@@ -473,7 +473,7 @@ class Trainer(_OptimizerStep, _TrainingLoop):
 
     def end_schedule_at(self, last_step: int) -> None:
         """Make `last_step` (at most `config.max_steps`) the last step: `fit` stops there, and the
-        cooldown, `config.cooldown` of the steps, ends there. Chapter 13 uses it to fit a run to
+        cooldown, `config.cooldown` of the steps, ends there. Chapter 14 uses it to fit a run to
         a clock that would stop it before max_steps; the rate of the steps done stays as it was."""
         if not 0 < last_step <= self.config.max_steps:
             raise ValueError(f"last_step must lie in [1, max_steps={self.config.max_steps}], got {last_step}")

@@ -1,7 +1,7 @@
 """The data pipeline: real target tokens per second of training on Multi30k, with the book's
 pipeline against one that pads every sentence to a fixed length.
 
-- **ours** (chapter 12): the corpus tokenized and numericalized once (`cached_encode_pairs`),
+- **ours** (chapter 13): the corpus tokenized and numericalized once (`cached_encode_pairs`),
   then batches of about `--max-tokens` padded tokens of sentences of similar lengths (§5.1);
 - **fixed**: the pipeline of many older tutorials: 32 random sentences a batch, each tokenized
   with spaCy and looked up in the vocabulary when its batch is made, padded to 72 tokens.

@@ -23,7 +23,7 @@ very batch (every matrix product, attention's and the output projection's includ
 pass costs twice the forward). Padding positions count: they are computed. Peaks: H100 SXM and
 H200 989 TFLOP/s bf16 and 495 TFLOP/s TF32 (pass `--peak-tflops` for another device).
 
-**Recipe**: `Trainer.fit` on the recipe's own model and token batches (chapter 13's pipeline,
+**Recipe**: `Trainer.fit` on the recipe's own model and token batches (chapter 14's pipeline,
 pinned memory and non-blocking copies on a GPU), statistics read once at the end: optimizer steps
 per second and real (non-padding) target tokens per second. The first step, which compiles, is
 timed apart: "compile" is its time minus a steady step's.

@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--run-dir", default="../book/runs/multi30k",
-                        help="the trained Multi30k run to time translation with (chapter 13)")
+                        help="the trained Multi30k run to time translation with (chapter 14)")
     args = parser.parse_args()
     print(f"machine: {machine()}; device {args.device}")
     train = training_throughput.run(device=args.device, threads=args.threads)

@@ -2,7 +2,7 @@
 key/value cache) against decoding one sentence at a time without a cache, both with the paper's
 beam search (beam 4, α = 0.6), on the same trained model and machine.
 
-    python benchmarks/translation_speed.py                        # the run of chapter 13
+    python benchmarks/translation_speed.py                        # the run of chapter 14
     python benchmarks/translation_speed.py RUN_DIR --limit 200    # another run, fewer sentences
 
 The one-at-a-time baseline is slow; `--baseline-limit` times it on the first sentences only and
@@ -63,7 +63,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "run_dir", nargs="?", default="book/runs/multi30k", help="a run directory (chapter 13)"
+        "run_dir", nargs="?", default="book/runs/multi30k", help="a run directory (chapter 14)"
     )
     parser.add_argument("--limit", type=int, default=1000, help="test sentences to translate (default 1000)")
     parser.add_argument(

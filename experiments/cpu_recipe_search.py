@@ -1,4 +1,4 @@
-"""The search behind the `multi30k` recipe (chapter 13): short runs at the budget a 30-minute run on
+"""The search behind the `multi30k` recipe (chapter 14): short runs at the budget a 30-minute run on
 two CPU cores gets, scored on the validation set only (never on a test set).
 
     python experiments/cpu_recipe_search.py                # train what is missing, then score every run
@@ -15,7 +15,7 @@ run and `--parallel` runs side by side (two single-threaded runs do more work on
 one run with two threads, and a fixed number of steps makes the comparison independent of how busy
 the machine was). Each run is scored on the 1,014 validation sentences with beam search (4,
 α = 0.6) from the average of its last 5 and last 10 checkpoints, and greedily from the last one.
-The results go to annotated_transformer/results/multi30k_search.json, which chapter 13 reads; `--at-step` adds
+The results go to annotated_transformer/results/multi30k_search.json, which chapter 14 reads; `--at-step` adds
 every candidate's greedy validation BLEU at one step (candidates stopped early can be compared
 there), `--tune-decoding` a run's scores for each number of checkpoints averaged and each α, and
 how many of its translations run on (more than twice their reference's words, and 5 more), and
@@ -95,7 +95,7 @@ CANDIDATES = {
 # clock, against cooldowns). A cooldown (chapter 7, a share of --max-steps) needs a last step that 30
 # minutes reach on the machine that runs the search: "cooldown-0.36" was sized for an AMD EPYC (about
 # 57 word steps a minute), the others for an Intel Xeon with AVX-512 (about 96 word steps, 79 BPE
-# steps a minute). "bpe4000-cooldown-0.32" has the options of today's `multi30k` recipe: chapter 13
+# steps a minute). "bpe4000-cooldown-0.32" has the options of today's `multi30k` recipe: chapter 14
 # trains it in book/runs/multi30k, which can be copied to runs/search/30min-bpe4000-cooldown-0.32 to
 # be scored here.
 THIRTY_MINUTE_BASE = [*WORD_RECIPE, "--average-last", "3", "--max-minutes", "30"]
@@ -120,7 +120,7 @@ THIRTY_MINUTE_CANDIDATES = {
     ],
     # Half the pieces: a step about a fifth cheaper, so 2,650 steps fit in the half hour.
     "bpe4000-cooldown-0.32": BPE4000_RECIPE,
-    # The same options, trained since a run fits its cooldown to the clock (chapter 13's ClockFit):
+    # The same options, trained since a run fits its cooldown to the clock (chapter 14's ClockFit):
     # on a CPU too slow for 2,650 steps in 30 minutes the cooldown ends when the time does, where
     # "bpe4000-cooldown-0.32" (trained before it, on the AMD EPYC) was stopped by the clock 84 steps
     # into a cooldown planned for 848.

@@ -1,5 +1,5 @@
 """Changes to the `multi30k` recipe compared on one GPU at the budget of a 30-minute run on two CPU
-cores, scored on the validation set only (never on a test set). Chapter 13's search, on a GPU.
+cores, scored on the validation set only (never on a test set). Chapter 14's search, on a GPU.
 
     python experiments/gpu_recipe_search.py --data-dir DIR --base-steps 5000
     python experiments/gpu_recipe_search.py --data-dir DIR --device cpu --base-steps 20 --limit 20 \

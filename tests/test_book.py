@@ -123,7 +123,7 @@ def test_book_pages_are_the_cover_the_numbered_chapters_and_the_unnumbered_pages
     numbers = [numbering.number for _, numbering in pages[1:]]
     chapters = [n for n in numbers if n is not None]
     assert chapters == list(range(1, len(chapters) + 1)) and numbers[: len(chapters)] == chapters
-    assert pages[13][0].name == "13_translation.html" and pages[13][1].number == 13
+    assert pages[14][0].name == "14_translation.html" and pages[14][1].number == 14
     unnumbered = [path.name for path, numbering in pages[len(chapters) + 1 :]]
     assert "conclusion.html" in unnumbered and all(n is None for n in numbers[len(chapters) :])
 

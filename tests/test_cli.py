@@ -1,5 +1,5 @@
-"""The command line (chapter 15, book/15_command_line.ipynb): `python -m annotated_transformer
-train | translate | evaluate | average`, and `experiment` (chapters 17 and 18)."""
+"""The command line (chapter 16, book/16_command_line.ipynb): `python -m annotated_transformer
+train | translate | evaluate | average`, and `experiment` (chapters 18 and 19)."""
 
 import dataclasses
 import io

@@ -48,7 +48,7 @@ def run_cell(chapter: str, installed: bool, pip_status: int = 0, colab: bool = F
 
 
 def test_the_cell_is_python_and_names_the_repository_once():
-    for chapter in ("02_attention", "13_translation"):
+    for chapter in ("02_attention", "14_translation"):
         text = colab_cell.setup_cell(chapter)
         ast.parse(text)
         assert text.count(colab_cell.DEFAULT_REPO) == 1
@@ -58,7 +58,7 @@ def test_the_cell_is_python_and_names_the_repository_once():
 
 
 def test_the_cell_does_nothing_where_the_package_is_installed():
-    assert run_cell("13_translation", installed=True) == ([], [], None)
+    assert run_cell("14_translation", installed=True) == ([], [], None)
 
 
 def test_the_cell_installs_from_the_repository_setting(monkeypatch):
@@ -92,11 +92,11 @@ def test_on_colab_quick_mode_and_a_gpu_for_the_chapters_that_train():
 def test_gpu_chapters_exist():
     chapters = {path.stem for path in (ROOT / "book").glob("*.ipynb")}
     assert set(colab_cell.GPU_CHAPTERS) <= chapters
-    assert sorted(int(name.split("_")[0]) for name in colab_cell.GPU_CHAPTERS) == [13, 14, 17, 18, 19]
+    assert sorted(int(name.split("_")[0]) for name in colab_cell.GPU_CHAPTERS) == [14, 15, 18, 19, 20]
 
 
 def test_rewrite_changes_only_the_first_code_cell(tmp_path):
-    original = ROOT / "book" / "13_translation.ipynb"
+    original = ROOT / "book" / "14_translation.ipynb"
     path = tmp_path / original.name
     shutil.copy2(original, path)
     notebook = nbformat.read(path, as_version=4)
@@ -112,7 +112,7 @@ def test_rewrite_changes_only_the_first_code_cell(tmp_path):
     assert colab_cell.rewrite(path) is False  # idempotent
 
     first = colab_cell.first_code_cell(after)
-    assert first.source == colab_cell.setup_cell("13_translation")
+    assert first.source == colab_cell.setup_cell("14_translation")
     assert "hide-input" in first.metadata["tags"]
     old_first = colab_cell.first_code_cell(before)
     assert (first.id, first.execution_count, first.outputs) == (
@@ -122,7 +122,7 @@ def test_rewrite_changes_only_the_first_code_cell(tmp_path):
     assert others == [c for c in before.cells if c is not old_first]
 
 
-@pytest.mark.parametrize("chapter", ["02_attention", "13_translation"])
+@pytest.mark.parametrize("chapter", ["02_attention", "14_translation"])
 def test_the_cell_passes_the_linter(tmp_path, chapter):
     ruff = Path(sys.executable).parent / "ruff"
     if not ruff.exists():

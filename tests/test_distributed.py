@@ -1,4 +1,4 @@
-"""Training on several processes (chapters 9 and 14): two CPU processes with the Gloo backend take
+"""Training on several processes (chapters 9 and 15): two CPU processes with the Gloo backend take
 the optimizer step that one process takes on the union of their batches, rank 0 alone logs and
 writes checkpoints, and the batches of an epoch are shared out evenly among the ranks.
 

@@ -1,4 +1,4 @@
-"""Faults of the machine, not of the input (chapters 9, 12, 13 and 15): a full disk while any file of
+"""Faults of the machine, not of the input (chapters 9, 13, 14 and 16): a full disk while any file of
 a run or any output is written, two trainings of one run directory, a reader of a run that is still
 training, and what the command line says of each: one line, no traceback, exit status 2.
 

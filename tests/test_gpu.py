@@ -114,7 +114,7 @@ def test_training_steps_between_log_points_never_wait_for_the_gpu():
 
 @pytest.fixture
 def one_rank_of_nccl():
-    """A process group of one rank: enough to run chapter 14's code (all_reduce, the DDP wrapper)."""
+    """A process group of one rank: enough to run chapter 15's code (all_reduce, the DDP wrapper)."""
     if not CUDA:
         pytest.skip("NCCL needs a CUDA GPU")
     import torch.distributed as dist

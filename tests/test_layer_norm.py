@@ -1,6 +1,6 @@
-"""Post-LN against pre-LN (chapter 18, book/18_layer_norm.ipynb), and the switches it needs: the
+"""Post-LN against pre-LN (chapter 19, book/19_layer_norm.ipynb), and the switches it needs: the
 schedule without warmup (chapter 7), the gradient norm of every step (chapter 9), and the new
-recipe fields (chapter 13)."""
+recipe fields (chapter 14)."""
 
 import dataclasses
 import json
@@ -104,7 +104,7 @@ def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():
     }
     for recipe in recipes:
         assert dataclasses.replace(recipe, n_layers=3, norm_position="post", warmup_ramp=True) == base
-    assert variants[0].slug(base) == "base"  # the paper's setting is chapter 17's base run
+    assert variants[0].slug(base) == "base"  # the paper's setting is chapter 18's base run
     assert len({v.slug(base) for v in variants}) == 8
     assert {r.n_layers for r in (v.recipe(base) for v in layer_norm_variants(base, (2, 4)))} == {2, 4}
 
@@ -143,7 +143,7 @@ def test_gradient_norms_per_layer():
         norms[position] = layer_gradient_norms(model, batch)
         assert [len(norms[position][k]) for k in ("encoder", "decoder")] == [3, 3]
         assert all(x > 0 for x in norms[position]["encoder"] + norms[position]["decoder"])
-    # Chapter 18: at initialization post-LN's decoder gradients grow from the first layer to the
+    # Chapter 19: at initialization post-LN's decoder gradients grow from the first layer to the
     # last, pre-LN's do not (here about 1.86 and 0.83; the margins allow for float differences).
     ratio = {position: norms[position]["decoder"][-1] / norms[position]["decoder"][0] for position in norms}
     assert ratio["post"] > 1.2 and ratio["pre"] < 0.95, ratio

@@ -642,7 +642,7 @@ def test_make_model_calls_it_cannot_read_show_the_keyword_form(call, message):
 
 
 def test_a_config_error_names_its_field_apart_from_the_text():
-    """A command line names its own option in a config's message (chapter 15), so the error must
+    """A command line names its own option in a config's message (chapter 16), so the error must
     carry the field, not only a sentence that begins with it."""
     import pickle
 

@@ -1,4 +1,4 @@
-"""A run directory (chapter 13) under faults: a killed process, damaged side files, a run that failed
+"""A run directory (chapter 14) under faults: a killed process, damaged side files, a run that failed
 at its start, a vocabulary that is not the run's. Nothing is lost that the checkpoints can restore.
 
 Everything trains tiny models on the built-in corpus (no network, no Multi30k).

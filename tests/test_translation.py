@@ -1,4 +1,4 @@
-"""Chapter 13: recipes, run directories, the Translator, BLEU and attention maps.
+"""Chapter 14: recipes, run directories, the Translator, BLEU and attention maps.
 
 Everything trains tiny models on the built-in corpus (no network, no Multi30k).
 """

@@ -1,4 +1,4 @@
-"""Table 3's model variations (chapter 17, book/17_variations.ipynb): the rows, their scaling, the
+"""Table 3's model variations (chapter 18, book/18_variations.ipynb): the rows, their scaling, the
 runner (resumable, shared runs, parallel workers), the results table and the claims of §6.2."""
 
 import dataclasses

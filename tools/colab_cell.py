@@ -29,7 +29,7 @@ BOOK = Path(__file__).resolve().parent.parent / "book"
 REPO_ENV = "ANNOTATED_TRANSFORMER_REPO"
 DEFAULT_REPO = "https://github.com/annotated-transformer/annotated-transformer"
 # The chapters that train for real (minutes on a GPU, much longer on Colab's CPU).
-GPU_CHAPTERS = ("13_translation", "14_distributed", "17_variations", "18_layer_norm", "19_gpu")
+GPU_CHAPTERS = ("14_translation", "15_distributed", "18_variations", "19_layer_norm", "20_gpu")
 TAG = "hide-input"
 
 TEMPLATE = '''\

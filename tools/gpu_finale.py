@@ -20,15 +20,15 @@ Each is then scored on the validation set with beam 4 from the average of its la
 The best is chosen on the validation set; for it alone, the number of checkpoints averaged and the
 length penalty α are chosen on the validation set too; then, and only then, it is scored on
 test_2016_flickr. The chosen run is the final one: its history, validation curve, test scores and
-translations, and the attention weights of a few test sentences are what chapter 19 shows.
+translations, and the attention weights of a few test sentences are what chapter 20 shows.
 
 **final.** The search's choice (search.json's `chosen`) trained again, alone on the GPU, for the same
 minutes, and scored as the search scores its choice (decoding chosen on validation, then test once).
 It writes final.json and the files beside it, not search.json: the chapter then shows a run that had
 the GPU to itself, and the search that chose its recipe.
 
-**table3.** Chapter 17's rows of the paper's Table 3 (and with `--experiments table3 layer-norm`,
-chapter 18's post-/pre-LN runs) at `--scale` (medium: a scale for one GPU), `--workers` runs side by
+**table3.** Chapter 18's rows of the paper's Table 3 (and with `--experiments table3 layer-norm`,
+chapter 19's post-/pre-LN runs) at `--scale` (medium: a scale for one GPU), `--workers` runs side by
 side, and the base run again for twice the steps: the rows are read as converged only where the
 base's validation BLEU moved by less than a point with twice the training. Rows still training at
 `--wait-minutes` are stopped and named in table3.json's `left_out`.
@@ -409,7 +409,7 @@ def run_all(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- table3: chapter 17's Table 3 at a scale for one GPU, and a convergence check ----------------------
+# --- table3: chapter 18's Table 3 at a scale for one GPU, and a convergence check ----------------------
 
 
 def table3_plan(args: argparse.Namespace) -> tuple:
@@ -429,7 +429,7 @@ def table3_plan(args: argparse.Namespace) -> tuple:
 
 
 def table3_run(args: argparse.Namespace) -> int:
-    """Stage table3's child process: every run, `--workers` at a time (chapter 17's run_variants)."""
+    """Stage table3's child process: every run, `--workers` at a time (chapter 18's run_variants)."""
     scale, variants = table3_plan(args)
     run_variants(variants, scale, args.run_root / "table3", workers=args.workers, device=args.device,
                  corpus_options=corpus_options(args), results_file="table3-all.json")
@@ -541,7 +541,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--scale", default="medium", choices=list(SCALES), help="table3: the scale")
     parser.add_argument("--workers", type=int, default=8, help="table3: runs side by side")
     parser.add_argument("--experiments", nargs="+", choices=("table3", "layer-norm"), default=["table3"],
-                        help="table3: chapter 17's Table 3, and chapter 18's post-/pre-LN runs")
+                        help="table3: chapter 18's Table 3, and chapter 19's post-/pre-LN runs")
     args = parser.parse_args(argv)
     if args.stage == "final":
         chosen = json.loads((args.out / "search.json").read_text())["chosen"]
