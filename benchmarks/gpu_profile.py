@@ -1,17 +1,19 @@
 """Where a training step of the paper's base model spends its time: `torch.profiler` over a few
-steps of the step that `gpu_training.py` times (ours, bf16, 25,000-token batches, compiled unless
-`--eager`), every kernel's device time grouped by kind, and the share of the step in which the
-device was busy at all. A step the device is idle for part of is held up by the host (Python,
-kernel launches); a busy one by its kernels, and the kinds say which.
+steps of the step that `gpu_training.py` times (ours, bf16, 25,000-token batches with the corpus's
+lengths as training batches them, compiled unless `--eager`), every kernel's device time grouped by
+kind, and the share of the step in which the device was busy at all. A step the device is idle
+for part of is held up by the host (Python, kernel launches); a busy one by its kernels, and the
+kinds say which.
 
-    python benchmarks/gpu_profile.py --out profile.json             # on a CUDA GPU: compiled bf16
-    python benchmarks/gpu_profile.py --eager --out profile.json     # the eager step
+    python benchmarks/gpu_profile.py --data-dir DIR --out profile.json   # on a GPU: compiled bf16
+    python benchmarks/gpu_profile.py --data-dir DIR --eager --out profile.json  # the eager step
     python benchmarks/gpu_profile.py --tiny --device cpu --compile-backend eager
                                                                     # a smoke test (CI): CPU operators
 
 On the CPU there are no kernels: the operators' own CPU time is grouped instead, and "busy" is
 their share of the step. The JSON holds the step's wall time (timed without the profiler, whose
-bookkeeping slows the host), MFU, the time per step of each kind and the 25 longest kernels.
+bookkeeping slows the host), MFU on real tokens and with padding (`mfu.py`), the time per step of
+each kind and the 25 longest kernels.
 """
 
 import argparse
@@ -25,11 +27,11 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_training
+from mfu import flop_fields, pair_flops, peak_tflops, step_function
 
-from annotated_transformer.acceleration import autocast_context, use_fast_cuda_kernels
+from annotated_transformer.acceleration import use_fast_cuda_kernels
 from annotated_transformer.checkpoints import atomic_write_text
 from annotated_transformer.model import make_model
-from annotated_transformer.optimizer import make_optimizer
 from annotated_transformer.regularization import LabelSmoothingLoss
 
 # A kernel's kind: the first whose words its name contains (lower case). Names differ by library
@@ -69,22 +71,16 @@ def device_events(prof, device: torch.device) -> list[tuple[str, int, float]]:
 
 def profile_step(args, device: torch.device) -> dict:
     config = gpu_training.base_config(args)
-    batches = gpu_training.random_batches(config, args.batch_tokens, 1 + args.warmup + 2 * args.steps, device)
+    args.base_steps = 2 * args.steps  # timed, then profiled
+    lengths = gpu_training.lengths_name(args)
+    cpu_batches = gpu_training.base_batches(args, config, lengths, args.batch_tokens, {})
+    batches = [batch.to(device) for batch in cpu_batches]
     torch.manual_seed(0)
     model = make_model(config).to(device).train()
-    criterion = LabelSmoothingLoss(config.tgt_vocab_size, 0.1)
-    optimizer, scheduler = make_optimizer(model, config.d_model)
-    loss_of = gpu_training.step_function(model, "ours", criterion)
+    loss_of = step_function(model, "ours", LabelSmoothingLoss(config.tgt_vocab_size, 0.1))
     if not args.eager:
         loss_of = torch.compile(loss_of, backend=args.compile_backend, dynamic=True)
-
-    def step(batch) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast_context(device, args.precision):
-            loss = loss_of(*batch.tensors())
-        (loss / batch.n_tokens).backward()
-        optimizer.step()
-        scheduler.step()
+    step = gpu_training.training_step(model, lambda batch: loss_of(*batch.tensors()), device, args.precision)
 
     for batch in batches[: 1 + args.warmup]:  # the first compiles
         step(batch)
@@ -100,12 +96,14 @@ def profile_step(args, device: torch.device) -> dict:
         for batch in profiled:
             step(batch)
         gpu_training.synchronize(device)
-    flops = sum(3 * gpu_training.forward_flops(model, "ours", batch) for batch in timed) / len(timed)
-    peak = gpu_training.peak_tflops(device, args.precision, args.peak_tflops)
-    return summarize(device_events(prof, device), args.steps, step_ms, flops, peak)
+    tokens_per_s = sum(batch.n_tokens for batch in timed) / (step_ms / 1000 * len(timed))
+    peak = peak_tflops(device, args.precision, args.peak_tflops)
+    timed_on_cpu = cpu_batches[1 + args.warmup : 1 + args.warmup + args.steps]
+    flops = flop_fields(pair_flops(config), timed_on_cpu, tokens_per_s, peak)
+    return summarize(device_events(prof, device), args.steps, step_ms, flops)
 
 
-def summarize(events, steps: int, step_ms: float, flops: float, peak: float | None, top: int = 25) -> dict:
+def summarize(events, steps: int, step_ms: float, flops: dict, top: int = 25) -> dict:
     """Per step: the device's busy time, each kind's time and share of it, the longest kernels."""
     busy_ms = sum(us for _, _, us in events) / 1000 / steps
     kinds: dict[str, float] = {}
@@ -116,8 +114,10 @@ def summarize(events, steps: int, step_ms: float, flops: float, peak: float | No
         "step_ms": step_ms,
         "busy_ms": busy_ms,
         "busy_share": min(busy_ms / step_ms, 1.0),
-        "tflops_per_s": flops / step_ms / 1e9,
-        "mfu": flops / (step_ms / 1000) / (peak * 1e12) if peak else None,
+        "tflops_per_s": flops["flops_per_s"] / 1e12,
+        "mfu": flops["mfu"],
+        "mfu_with_padding": flops["mfu_with_padding"],
+        "padding": flops["padding"],
         "kinds": [{"kind": kind, "ms": ms, "share": ms / busy_ms}
                   for kind, ms in sorted(kinds.items(), key=lambda item: -item[1])],
         "kernels": [{"name": name[:160], "kind": kind_of(name), "calls": calls / steps,
@@ -129,7 +129,7 @@ def summarize(events, steps: int, step_ms: float, flops: float, peak: float | No
 def report(result: dict) -> str:
     lines = [f"step {result['step_ms']:.1f} ms, device busy {result['busy_ms']:.1f} ms "
              f"({100 * result['busy_share']:.0f}%), {result['tflops_per_s']:.1f} TFLOP/s"
-             + (f", MFU {100 * result['mfu']:.1f}%" if result["mfu"] else "")]
+             + (f", MFU {100 * result['mfu']:.1f}% on real tokens" if result["mfu"] else "")]
     lines += [f"  {row['kind']:28} {row['ms']:8.2f} ms  {100 * row['share']:5.1f}%"
               for row in result["kinds"]]
     lines += ["longest:"] + [
@@ -147,6 +147,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--eager", action="store_true", help="profile the eager step, not the compiled one")
     parser.add_argument("--batch-tokens", type=int, default=25000, help="padded tokens per batch")
+    parser.add_argument("--lengths", choices=("corpus", "uniform"), default="corpus",
+                        help="the batches' lengths, as in gpu_training.py")
+    parser.add_argument("--data-dir", default=None, help="a folder with the Multi30k files")
     parser.add_argument("--steps", type=int, default=5, help="steps timed, then as many profiled")
     parser.add_argument("--warmup", type=int, default=3, help="steps after the first, before timing")
     parser.add_argument("--compile-backend", default="inductor")
@@ -160,15 +163,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda":
         use_fast_cuda_kernels()  # as the Trainer (chapter 9)
     result = {
         "hardware": gpu_training.describe_device(device),
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "command": gpu_training.command_line("benchmarks/gpu_profile.py", argv),
         "step": {"model": "base", "implementation": "ours", "precision": args.precision,
-                 "compiled": not args.eager, "batch_tokens": args.batch_tokens},
+                 "compiled": not args.eager, "batch_tokens": args.batch_tokens,
+                 "lengths": gpu_training.lengths_name(args)},
         **profile_step(args, device),
     }
     print(report(result), flush=True)

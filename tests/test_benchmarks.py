@@ -1,29 +1,51 @@
-"""The GPU benchmark script runs end to end on the CPU in its tiny mode (a smoke test, not a
-timing: speed figures come from running the script on the machine they describe)."""
+"""The GPU benchmark scripts run end to end on the CPU in their tiny mode (a smoke test, not a
+timing: speed figures come from running the scripts on the machine they describe); their FLOP
+counts are exact; the committed GPU rows are what the code derives from them; and every lever of
+the step's ablation computes the baseline's loss and gradients."""
 
+import dataclasses
 import json
 import sys
+from importlib.resources import files
 from pathlib import Path
+
+import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+import gpu_ablation
 import gpu_training
+import mfu
+
+from annotated_transformer.batching import make_batch
+
+BENCH = files("annotated_transformer") / "results" / "gpu" / "bench.json"
+TINY = ["--tiny", "--device", "cpu", "--compile-backend", "eager"]
+RECORDS = ("command", "command_written_by_hand", "hardware")  # what a row records of its run
 
 
-def test_the_gpu_benchmark_runs_every_row_in_tiny_mode(capsys, tmp_path):
+def test_the_gpu_benchmark_runs_every_row_in_tiny_mode_and_adds_the_missing_ones(capsys, tmp_path):
     out_file = tmp_path / "bench.json"
-    options = ["--tiny", "--device", "cpu", "--compile-backend", "eager", "--out", str(out_file)]
-    results = gpu_training.main(options)
+    # the first row alone, the rest left out by the time limit; then just those
+    first = gpu_training.main([*TINY, "--out", str(out_file), "--minutes", "0.0001"])
+    assert len(first["base"]) == 1 and len(first["left_out"]) == 11
+    results = gpu_training.main([*TINY, "--only", "missing", "--out", str(out_file)])
+    assert results["base"][0] == json.loads(json.dumps(first["base"][0]))  # kept, not measured again
+    assert results["left_out"] == [] and json.loads(out_file.read_text()) == json.loads(json.dumps(results))
     base, recipe = results["base"], results["recipe"]
     combinations = {(r["implementation"], r["precision"], r["compiled"]) for r in base}
     assert len(combinations) == len(base) == 8  # ours and torch.nn.Transformer × fp32, bf16 × eager, compiled
-    assert [r["precision"] for r in base] == ["bf16"] * 4 + ["fp32"] * 4  # the GPU's precision first
-    assert all(r["tokens_per_s"] > 0 and r["flops_per_s"] > 0 and r["mfu"] is None for r in base)
+    assert {r["precision"] for r in base[:4]} == {"bf16"}  # the GPU's precision first
+    assert all(r["lengths"] == "builtin" and r["tokens_per_s"] > 0 and r["flops_per_s"] > 0 for r in base)
+    assert all(r["mfu"] is None and r["mfu_with_padding"] is None for r in base)  # no peak on a CPU
+    assert all(r["flops_per_s"] <= r["flops_with_padding_per_s"] for r in base)
     assert [(r["recipe"], r["compiled"]) for r in recipe] == [
         ("multi30k", False), ("multi30k-gpu", False), ("multi30k", True), ("multi30k-gpu", True)
     ]
-    assert all(r["steps"] == 3 for r in recipe) and results["left_out"] == []
-    assert json.loads(out_file.read_text())["base"] == json.loads(json.dumps(base))
+    assert all(r["steps"] == 3 for r in recipe)
+    assert base[0]["command"].endswith("--minutes 0.0001") and "--only missing" in base[1]["command"]
+    assert all(r["hardware"]["device"] == "cpu" for r in base + recipe)
     out = capsys.readouterr().out
     assert "compiled / eager" in out and "fastest of ours" in out
 
@@ -33,15 +55,159 @@ def test_the_gpu_benchmark_leaves_out_the_rows_past_its_time(tmp_path):
     results = gpu_training.main(["--tiny", "--device", "cpu", "--only", "base", "--minutes", "0",
                                  "--out", str(out)])
     assert results["base"] == [] and results["recipe"] == []
-    assert results["left_out"][0] == ["base", "bf16", False, "ours"] and len(results["left_out"]) == 8
+    assert results["left_out"][0] == {"table": "base", "implementation": "ours", "precision": "bf16",
+                                      "compiled": False, "lengths": "builtin", "batch_tokens": 400}
+    assert len(results["left_out"]) == 8
     assert json.loads(out.read_text())["left_out"] == results["left_out"]  # the file says so too
+    with pytest.raises(SystemExit):
+        gpu_training.parse_args(["--only", "missing", "--out", str(tmp_path / "absent.json")])
 
 
 def test_mfu_uses_the_named_peak():
-    import torch
+    assert mfu.peak_tflops(torch.device("cpu"), "bf16", None) is None
+    assert mfu.peak_tflops(torch.device("cpu"), "bf16", 100.0) == 100.0
+    assert mfu.peak_of_gpu("NVIDIA H200", "bf16") == 989.4
+    assert mfu.peak_of_gpu("NVIDIA H100 80GB HBM3", "fp32") == 494.7
 
-    assert gpu_training.peak_tflops(torch.device("cpu"), "bf16", None) is None
-    assert gpu_training.peak_tflops(torch.device("cpu"), "bf16", 100.0) == 100.0
+
+@pytest.mark.parametrize("implementation", ["ours", "torch.nn.Transformer"])
+def test_pair_flops_are_flop_counter_modes_counts(implementation):
+    config = gpu_training.base_config(gpu_training.parse_args(["--tiny"]))
+    flops = mfu.PairFlops(config, implementation)
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 40, (5, 2), generator=generator).tolist()
+    for s, t in lengths:  # one unpadded pair: the counter's own count
+        assert flops(s, t) == flops.count(s, t)
+    batch = make_batch([([5] * s, [6] * (t - 1)) for s, t in lengths])
+    real, padded = mfu.batch_flops(flops, batch)
+    assert padded == 3 * mfu.forward_flops(flops.model, implementation, batch.to("meta"))  # padded positions
+    assert real == 3 * sum(flops(s, t) for s, t in lengths) < padded
+
+
+def test_mfu_is_mfu_with_padding_less_the_share_of_padding():
+    config = gpu_training.base_config(gpu_training.parse_args(["--tiny"]))
+    batches = [make_batch([([5] * 7, [6] * 3), ([5] * 2, [6] * 9)]), make_batch([([5] * 4, [6] * 4)] * 3)]
+    fields = mfu.flop_fields(mfu.PairFlops(config), batches, tokens_per_s=1000.0, peak=1e-6)
+    assert fields["mfu"] == pytest.approx(fields["mfu_with_padding"] * (1 - fields["padding"]["flops"]))
+    assert fields["padding"]["target"] == pytest.approx(1 - (4 + 10 + 15) / (2 * 10 + 3 * 5))
+    assert fields["padding"]["source"] == pytest.approx(1 - (7 + 2 + 12) / (2 * 7 + 3 * 4))
+    assert fields["flops_per_s"] == pytest.approx(fields["flops_per_token"] * 1000.0)
+
+
+def first_version(committed: dict) -> dict:
+    """The committed file as the first version of the benchmark wrote it, before MFU counted real
+    tokens (its GPU measurements only)."""
+    base, recipe = committed["base"], committed["recipe"]
+    return {
+        "hardware": base[0]["hardware"], "command": base[0]["command"],
+        "base": [{**{k: row[k] for k in ("steps_per_s", "tokens_per_s", "first_step_s", "step_s",
+                                         "implementation", "precision", "compiled")},
+                  "flops_per_s": row["flops_with_padding_per_s"], "mfu": row["mfu_with_padding"]}
+                 for row in base if "rederived" in row],
+        "recipe": [{k: v for k, v in row.items() if k not in RECORDS}
+                   for row in recipe if row.get("command_written_by_hand")],
+        "left_out": [["base", spec["precision"], spec["compiled"], spec["implementation"]]
+                     for spec in committed["left_out"] if spec["lengths"] == "uniform"],
+        "recipe_command": recipe[0]["command"],
+    }
+
+
+def test_the_committed_gpu_rows_carry_the_mfu_the_code_rederives(tmp_path):
+    committed = json.loads(BENCH.read_text(encoding="utf-8"))
+    rederived = [row for row in committed["base"] if "rederived" in row]
+    command = "python benchmarks/gpu_training.py --rederive"
+    assert rederived and all(row["rederived"]["command"].startswith(command) for row in rederived)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(first_version(committed)))
+    again = gpu_training.main(["--rederive", str(path)])
+    assert [{k: v for k, v in row.items() if k != "rederived"} for row in again["base"]] == [
+        {k: v for k, v in row.items() if k != "rederived"} for row in rederived]
+    assert all(0 < row["mfu"] < row["mfu_with_padding"] for row in rederived)
+
+
+def test_a_replay_that_is_not_the_measured_batches_is_refused(tmp_path):
+    old = first_version(json.loads(BENCH.read_text(encoding="utf-8")))
+    old["base"][0]["steps_per_s"] *= 1.01  # 1% more real tokens per step than the replay holds
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(old))
+    with pytest.raises(SystemExit, match="not the batches it was measured on"):
+        gpu_training.main(["--rederive", str(path)])
+    assert json.loads(path.read_text()) == old  # nothing written
+    with pytest.raises(SystemExit, match="--rederive"):  # and no new rows are added to such a file
+        gpu_training.load_results(path)
+
+
+# --- the ablation of the step ---------------------------------------------------------------------
+
+
+def lever_problem(uniform_source: bool):
+    """A batch (a uniform source length, or not), and the tiny base configuration without dropout."""
+    args = gpu_ablation.parse_args(["--tiny", "--device", "cpu"])
+    config = dataclasses.replace(gpu_training.base_config(args), dropout=0.0)
+    generator = torch.Generator().manual_seed(1)
+    sources = [7, 7, 7] if uniform_source else [7, 3, 5]
+    pairs = [(torch.randint(4, 300, (s,), generator=generator).tolist(),
+              torch.randint(4, 300, (t,), generator=generator).tolist())
+             for s, t in zip(sources, [6, 2, 9], strict=True)]
+    return config, gpu_ablation.StepBatch.of(make_batch(pairs))
+
+
+def lever_loss_and_gradients(config, lever: str, batch) -> list[torch.Tensor]:
+    model = gpu_ablation.lever_model(config, lever).train()
+    loss = gpu_ablation.lever_loss(model, lever, lambda fn: fn)(batch)
+    return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
+
+
+@pytest.mark.parametrize("uniform_source", [True, False])
+@pytest.mark.parametrize("lever", ["real-rows loss", "fused qkv", "causal attention", "together"])
+def test_every_lever_computes_the_baselines_loss_and_gradients(lever, uniform_source):
+    config, batch = lever_problem(uniform_source)
+    assert batch.uniform_source == uniform_source
+    baseline = lever_loss_and_gradients(config, "baseline", batch)
+    for a, b in zip(baseline, lever_loss_and_gradients(config, lever, batch), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_batches_padded_to_a_fixed_shape_give_the_same_loss_and_gradients():
+    config, batch = lever_problem(uniform_source=False)
+    padded = gpu_ablation.StepBatch.of(gpu_ablation.padded_to(batch.batch, 16, 16))
+    assert padded.batch.src.shape == padded.batch.tgt_in.shape == (3, 16)
+    assert padded.n_tokens == batch.n_tokens
+    for a, b in zip(lever_loss_and_gradients(config, "baseline", batch),
+                    lever_loss_and_gradients(config, "baseline", padded), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_fixed_shapes_and_target_first_batches_hold_every_pair_once():
+    generator = torch.Generator().manual_seed(0)
+    lengths = [tuple(x) for x in torch.randint(1, 30, (500, 2), generator=generator).tolist()]
+    groups = gpu_ablation.fixed_shapes(lengths, 400, 16, epoch=0)
+    sizes = [max(max(lengths[i][0], lengths[i][1] + 1) for i in group) for group in groups]
+    shapes = {(len(group), -(-size // 16) * 16) for group, size in zip(groups, sizes, strict=True)}
+    assert shapes == {(25, 16), (12, 32)}  # 400 // 16 and 400 // 32 sentences, one shape per bucket
+    assert {len(group) for group in groups[:2]} == {25, 12}  # each shape first, before the timing
+    flat = [i for group in groups for i in group]
+    assert len(flat) == len(set(flat)) > 450  # each bucket's last, partial batch left out
+    by_target = gpu_ablation.by_target_first(lengths, 400, epoch=0)
+    assert sorted(i for group in by_target for i in group) == list(range(500))
+    assert all(len(g) * max(max(lengths[i][0], lengths[i][1] + 1) for i in g) <= 400 for g in by_target)
+
+
+def test_the_ablation_runs_every_lever_in_tiny_mode(tmp_path):
+    out = tmp_path / "ablation.json"
+    eager = gpu_ablation.main([*TINY, "--out", str(out), "--modes", "eager"])["levers"]
+    assert [row["lever"] for row in eager] == list(gpu_ablation.LEVERS)
+    assert not any(row["compiled"] for row in eager)
+    assert all(row["tokens_per_s"] > 0 and row["padding"]["flops"] >= 0 for row in eager)
+    # compiled rows added to the file: the fixed shapes' static compilation, and every lever at once
+    results = gpu_ablation.main([*TINY, "--out", str(out), "--levers", "fixed shapes", "together"])
+    assert results["levers"][: len(eager)] == json.loads(json.dumps(eager))  # kept, not measured again
+    assert [(r["lever"], r["compiled"]) for r in results["levers"][len(eager) :]] == [
+        ("fixed shapes", True), ("together", True)]
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+
+
+# --- the other benchmarks -----------------------------------------------------------------------
 
 
 def test_the_dropout_benchmark_times_every_variant(capsys):

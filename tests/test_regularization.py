@@ -10,6 +10,7 @@ from annotated_transformer.batching import PAD
 from annotated_transformer.regularization import (
     LabelSmoothingLoss,
     perplexity,
+    projected_smoothed_loss,
     smoothed_distribution,
     smoothed_loss_floor,
     token_nll,
@@ -258,3 +259,77 @@ def test_a_pad_logit_of_minus_infinity_gives_finite_loss_and_gradient():
     loss, _ = LabelSmoothingLoss(7, 0.1).loss_and_nll(logits, torch.randint(1, 7, (2, 6)))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+
+
+# --- the output layer and the loss in chunks (projected_smoothed_loss) ---------------------------
+
+
+def projected_problem(seed: int, vocab_size: int = 13, dtype=torch.float64):
+    """Decoder outputs (4, 9, 6), an output layer (V, 6) and targets with padding, all float64."""
+    _, target = random_problem(seed, vocab_size)
+    generator = torch.Generator().manual_seed(seed + 100)
+    hidden = torch.randn(4, 9, 6, generator=generator, dtype=dtype, requires_grad=True)
+    weight = torch.randn(vocab_size, 6, generator=generator, dtype=dtype, requires_grad=True)
+    return hidden, weight, target
+
+
+def loss_and_gradients(loss_and_nll, hidden, weight):
+    loss, nll = loss_and_nll()
+    return [loss, nll, *torch.autograd.grad(loss, (hidden, weight))]
+
+
+@pytest.mark.parametrize(
+    "smoothing, pad, smooth_pad",
+    [(0.1, PAD, False), (0.1, PAD, True), (0.2, None, False), (0.0, PAD, False), (0.1, 5, False)],
+)
+@pytest.mark.parametrize("chunk_rows", [1, 7, 36, 4096])
+def test_the_chunked_output_layer_and_loss_equal_the_plain_path(smoothing, pad, smooth_pad, chunk_rows):
+    hidden, weight, target = projected_problem(0)
+    plain = loss_and_gradients(
+        lambda: LabelSmoothingLoss(13, smoothing, pad, smooth_pad).loss_and_nll(hidden @ weight.T, target),
+        hidden, weight)
+    chunked = loss_and_gradients(
+        lambda: projected_smoothed_loss(hidden, weight, target, smoothing, pad, smooth_pad, chunk_rows),
+        hidden, weight)
+    for a, b in zip(plain, chunked, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_real_rows_alone_give_the_loss_and_gradients_of_every_row():
+    hidden, weight, target = projected_problem(1)
+    every = loss_and_gradients(lambda: projected_smoothed_loss(hidden, weight, target), hidden, weight)
+    real = target != PAD
+    alone = loss_and_gradients(
+        lambda: projected_smoothed_loss(hidden[real], weight, target[real], chunk_rows=5), hidden, weight)
+    for a, b in zip(every, alone, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_chunked_loss_follows_autocast_as_the_plain_output_layer_does():
+    hidden, weight, target = projected_problem(2)
+    hidden, weight = (t.detach().float().requires_grad_(True) for t in (hidden, weight))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = loss_and_gradients(
+            lambda: LabelSmoothingLoss(13, 0.1).loss_and_nll(F.linear(hidden, weight), target),
+            hidden, weight)
+        chunked = loss_and_gradients(lambda: projected_smoothed_loss(hidden, weight, target, chunk_rows=8),
+                                     hidden, weight)
+    assert [t.dtype for t in chunked] == [t.dtype for t in plain]  # gradients in the inputs' dtypes
+    for a, b in zip(plain, chunked, strict=True):  # bf16 products: equal to bf16's rounding
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+
+
+def test_the_chunked_loss_without_gradients_and_its_errors():
+    hidden, weight, target = projected_problem(3)
+    with torch.no_grad():
+        loss, _ = projected_smoothed_loss(hidden, weight, target)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, LabelSmoothingLoss(13, 0.1)(hidden @ weight.T, target).detach())
+    with pytest.raises(ValueError, match="do not match"):
+        projected_smoothed_loss(hidden, weight.T, target)
+    with pytest.raises(ValueError, match="do not match"):
+        projected_smoothed_loss(hidden, weight, target[:, :3])
+    with pytest.raises(ValueError, match="chunk_rows"):
+        projected_smoothed_loss(hidden, weight, target, chunk_rows=0)
+    with pytest.raises(ValueError, match="integer class ids"):
+        projected_smoothed_loss(hidden, weight, target.double())
