@@ -1,5 +1,6 @@
-"""The GPU chapter's tool runs end to end on the CPU in its tiny mode, and the committed results of
-its real run agree with the recipe the package registers and with the choices they record."""
+"""The GPU chapter's stages run end to end on the CPU in their tiny mode (experiments/gpu_finale.py
+and the scripts it runs), and the committed results of the real runs agree with the recipe the
+package registers and with the choices they record."""
 
 import dataclasses
 import json
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
 
+import colab_chapters
+import gpu_fast_recipe
 import gpu_finale
 
 from annotated_transformer.data import corpus
@@ -40,6 +43,8 @@ def test_the_search_stage_runs_in_tiny_mode(tmp_path):
     assert search["choice"] == max(search["decoding"], key=lambda row: row["val_beam"])
     assert (final["test"][0]["averaged"], final["test"][0]["alpha"]) == (
         search["choice"]["averaged"], search["choice"]["alpha"])
+    assert search["test"] == final["test"]  # the search keeps its own test scores
+    assert search["command"].startswith("python experiments/gpu_finale.py search --tiny")
     assert len(json.loads((out / "translations.json").read_text())) == len(corpus("builtin", "test"))
     attention = torch.load(out / "attention.pt", weights_only=True)
     assert len(attention) == gpu_finale.ATTENTION_SENTENCES
@@ -90,6 +95,9 @@ def test_committed_gpu_results_name_their_hardware_or_run(name):
     result = committed(name)
     if name == "validation.json":
         assert result and all({"step", "minutes", "val_nll", "val_bleu_greedy"} <= set(r) for r in result)
+    elif name == "bench.json":  # rows of several runs: each names its own machine and command
+        rows = result["base"] + result["recipe"]
+        assert rows and all("H200" in row["hardware"]["gpu"] and row["command"] for row in rows)
     else:
         assert "H200" in json.dumps(result["hardware"])
 
@@ -131,3 +139,72 @@ def test_the_profile_stage_writes_both_profiles_in_tiny_mode(tmp_path):
                        for mode in ("compiled", "eager"))
     assert compiled["step"]["compiled"] and not eager["step"]["compiled"]
     assert all(abs(sum(k["share"] for k in p["kinds"]) - 1) < 1e-6 for p in (compiled, eager))
+
+
+def test_the_stages_pass_their_options_to_the_scripts_they_run(tmp_path):
+    def argv(*options):
+        args = gpu_finale.parse_args([*options, "--out", str(tmp_path), "--data-dir", "DATA"])
+        return gpu_finale.bench_argv(args, 2.0) if args.stage == "bench" else gpu_finale.delegated(args)
+
+    bench = argv("bench", "--only", "missing")
+    assert bench[1].endswith("benchmarks/gpu_training.py") and bench[3] == str(tmp_path / "bench.json")
+    assert bench[4:8] == ["--only", "missing", "--minutes", "2.00"]
+    ablation = argv("ablation", "--bench-minutes", "6.5")
+    assert ablation[0].endswith("benchmarks/gpu_ablation.py")
+    assert ablation[2] == str(tmp_path / "ablation.json")
+    assert "--minutes" in ablation and ablation[ablation.index("--minutes") + 1] == "6.50"
+    recipe = argv("recipe", "--candidates", "p0.3", "bpe8000")
+    assert recipe[0].endswith("experiments/gpu_fast_recipe.py") and recipe[1] == "search"
+    assert recipe[recipe.index("--candidates") + 1 :][:2] == ["p0.3", "bpe8000"]
+    assert argv("seeds")[1] == "seeds" and "--candidates" not in argv("seeds")
+    colab = argv("colab", "--part", "3")
+    assert colab[0].endswith("experiments/colab_chapters.py") and colab[1:4] == ["run", "--part", "3"]
+    assert all(command[command.index("--data-dir") + 1] == "DATA" for command in (ablation, recipe, colab))
+    with pytest.raises(SystemExit):
+        gpu_finale.parse_args(["search", "--candidates", "p0.3"])  # a candidate of the recipe stage
+
+
+def test_the_recipe_stage_chooses_on_validation_and_the_seeds_stage_measures_the_noise(tmp_path):
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    options = ["--tiny", "--run-root", str(runs), "--out", str(out)]
+    assert gpu_fast_recipe.main(["search", *options]) == 0
+    search = json.loads((out / "fast_search.json").read_text())
+    scored = {c["name"]: c["val_beam"] for c in search["candidates"]}
+    assert set(scored) == {"recipe", "p0.3"} and search["choice"]["candidate"] == max(scored, key=scored.get)
+    assert all(c["steps"] == search["steps"] == 20 for c in search["candidates"])  # by steps, not minutes
+    best = max(search["decoding"], key=lambda row: row["val_beam"])
+    assert {(row["averaged"], row["alpha"]) for row in search["decoding"]} == {
+        (a, alpha) for a in gpu_fast_recipe.AVERAGED for alpha in gpu_fast_recipe.ALPHAS}
+    assert (search["choice"]["averaged"], search["choice"]["alpha"]) == (best["averaged"], best["alpha"])
+    assert not any("test" in row for row in [search, *search["candidates"]])  # it never meets the test set
+    assert gpu_fast_recipe.main(["seeds", *options, "--seeds", "0", "1"]) == 0
+    seeds = json.loads((out / "fast_seeds.json").read_text())
+    assert [row["seed"] for row in seeds["seeds"]] == [0, 1] and seeds["choice"] == search["choice"]
+    for split in ("val", "test"):
+        scores = [row[split] for row in seeds["seeds"]]
+        assert seeds["summary"][split] == {"n": 2, "mean": round(sum(scores) / 2, 2),
+                                           "std": round(abs(scores[0] - scores[1]) / 2**0.5, 2)}
+    # the seed-0 run is the search's own run of the choice, not trained again
+    assert seeds["seeds"][0]["val"] is not None and seeds["recipe"]["max_minutes"] is None
+
+
+def test_the_chapters_are_split_into_parts_that_fit_a_command():
+    every = colab_chapters.chapters()
+    parts = colab_chapters.plan(7.5, measured={})
+    assert [chapter for part in parts for chapter in part] == every  # each once, in the book's order
+    for part in parts:
+        minutes = [colab_chapters.expected_minutes(chapter, None) for chapter in part]
+        assert sum(minutes) <= 7.5 or len(part) == 1  # a longer chapter alone
+    measured = {"14_translation": {"minutes": 4.0, "status": "passed"},
+                "18_variations": {"minutes": 7.5, "status": "stopped"}}
+    assert colab_chapters.expected_minutes("14_translation", measured["14_translation"]) == 4.0
+    assert colab_chapters.expected_minutes("18_variations", measured["18_variations"]) >= 60  # still unknown
+    assert len(colab_chapters.plan(7.5, measured)) < len(parts)  # chapter 14 now shares a part
+
+
+def test_the_colab_stage_runs_a_chapter_from_the_wheel_in_a_fresh_environment(tmp_path):
+    status = colab_chapters.main(["run", "--tiny", "--chapters", "01_introduction", "--out", str(tmp_path)])
+    row = json.loads((tmp_path / "colab.json").read_text())["chapters"]["01_introduction"]
+    assert status == 0 and row["status"] == "passed" and row["quick_mode"] and 0 < row["minutes"] < 5
+    assert row["command"] == "python experiments/colab_chapters.py run --tiny --chapters 01_introduction " \
+        f"--out {tmp_path}"

@@ -2,16 +2,21 @@
 small result files under annotated_transformer/results/gpu/ (package data, so that the chapter
 that shows them runs wherever the package is installed; never model weights).
 
-    python tools/gpu_finale.py search --data-dir DIR   # candidates side by side; the choice, on test
-    python tools/gpu_finale.py final --data-dir DIR    # the search's choice trained again, alone
-    python tools/gpu_finale.py bench --data-dir DIR    # benchmarks/gpu_training.py alone on the GPU
-    python tools/gpu_finale.py tests                   # the GPU test suite (pytest -m gpu), its report
-    python tools/gpu_finale.py table3 --data-dir DIR   # Table 3 at --scale medium, side by side
-    python tools/gpu_finale.py profile                 # torch.profiler of the base model's bf16 step
-    python tools/gpu_finale.py all --data-dir DIR --copy-to "$OUT" --deadline 570
-                                                       # tests and a compile warm-up beside the search,
-                                                       # then bench in the time left; results tarred
-    python tools/gpu_finale.py search --tiny           # the search stage on the CPU in a minute (CI)
+    python experiments/gpu_finale.py search --data-dir DIR  # candidates side by side; the choice, on test
+    python experiments/gpu_finale.py final --data-dir DIR   # the search's choice trained again, alone
+    python experiments/gpu_finale.py bench --data-dir DIR   # benchmarks/gpu_training.py alone on the GPU
+    python experiments/gpu_finale.py bench --only missing   # just the rows bench.json lists as left out
+    python experiments/gpu_finale.py tests                  # the GPU test suite (pytest -m gpu), its report
+    python experiments/gpu_finale.py table3 --data-dir DIR  # Table 3 at --scale medium, side by side
+    python experiments/gpu_finale.py profile --data-dir DIR # torch.profiler of the base model's bf16 step
+    python experiments/gpu_finale.py ablation --data-dir DIR  # the step's levers, each alone
+    python experiments/gpu_finale.py recipe --data-dir DIR  # experiments/gpu_fast_recipe.py search
+    python experiments/gpu_finale.py seeds --data-dir DIR   # experiments/gpu_fast_recipe.py seeds
+    python experiments/gpu_finale.py colab --part 1 --data-dir DIR  # experiments/colab_chapters.py run
+    python experiments/gpu_finale.py all --data-dir DIR --copy-to "$OUT" --deadline 570
+                                                      # tests and a compile warm-up beside the search,
+                                                      # then bench in the time left; results tarred
+    python experiments/gpu_finale.py search --tiny          # a stage on the CPU in seconds (CI)
 
 **search.** Candidate recipes, changes of `--config multi30k-gpu`, train side by side on one GPU,
 each for the same minutes (`--minutes`, the recipe's `max_minutes`: the cooldown fitted to the
@@ -36,10 +41,18 @@ base's validation BLEU moved by less than a point with twice the training. Rows 
 **profile.** `benchmarks/gpu_profile.py` on the base model's bf16 step, compiled and eager: where
 the step's time goes (profile_compiled.json, profile_eager.json).
 
+**ablation, recipe, seeds, colab.** Each runs one script alone on the GPU, its result file in
+`--out`: `benchmarks/gpu_ablation.py` (ablation.json: each lever of the step toward a higher MFU,
+alone), `experiments/gpu_fast_recipe.py search` and `seeds` (fast_search.json, fast_seeds.json: the
+recipe at the compiled speed, three seeds of it) and `experiments/colab_chapters.py run` (colab.json:
+the chapters as Colab runs them). `--bench-minutes` bounds the ablation as it bounds bench; `--only`,
+`--candidates` and `--part` are passed on. Every stage ends by tarring the results into `--copy-to`.
+
 Files (in `--out`): search.json (every candidate, the decoding choice, the choice), final.json (the
 chosen run: recipe, hardware, speed, the BLEU table), history.json and validation.json (its curves),
 translations.json (the 1,000 test sentences), attention.pt (weights of three test sentences),
-bench.json (stage bench), gpu_tests.txt (stage tests), table3.json, profile_*.json.
+bench.json (stage bench), gpu_tests.txt (stage tests), table3.json, profile_*.json, ablation.json,
+fast_search.json, fast_seeds.json, colab.json.
 """
 
 import argparse
@@ -56,6 +69,9 @@ import warnings
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from gpu_training import command_line
 
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import atomic_write_text, checkpoint_paths, read_checkpoint
@@ -305,7 +321,7 @@ def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
     scored = [r for r in results.values() if "val_beam" in r]
     report = {
         "date": datetime.date.today().isoformat(),
-        "command": " ".join(["python", "tools/gpu_finale.py", *sys.argv[1:]]),
+        "command": command_line("experiments/gpu_finale.py", args.argv),
         "hardware": None,
         "minutes": args.minutes,
         "side_by_side": len(args.candidates),
@@ -329,6 +345,8 @@ def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
     write_json(args.out / "history.json", thinned(history, HISTORY_POINTS), indent=None)
     write_json(args.out / "validation.json", best["validation"])
     test_rows, translations = score_on_test(run_dir, recipe, choice, test_pairs, args)
+    report["test"] = test_rows  # the search's own run of its choice, kept when `final` trains it again
+    write_json(report_path, report)
     final = {
         "date": report["date"],
         "command": report["command"],
@@ -367,10 +385,35 @@ def bench_command(args: argparse.Namespace, *options: str) -> list[str]:
 
 
 def bench(args: argparse.Namespace, minutes: float | None = None) -> int:
-    """benchmarks/gpu_training.py alone on the GPU, its rows as they finish in bench.json."""
+    """benchmarks/gpu_training.py alone on the GPU, its rows as they finish in bench.json (which
+    keeps the rows it has: `--only missing` measures just those it lists as left out)."""
     args.out.mkdir(parents=True, exist_ok=True)
+    return subprocess.call(bench_argv(args, minutes), cwd=ROOT)
+
+
+def bench_argv(args: argparse.Namespace, minutes: float | None) -> list[str]:
     limit = ["--minutes", f"{minutes:.2f}"] if minutes is not None else []
-    return subprocess.call(bench_command(args, "--out", str(args.out / "bench.json"), *limit), cwd=ROOT)
+    only = ["--only", args.only] if args.only else []
+    return bench_command(args, "--out", str(args.out / "bench.json"), *only, *limit)
+
+
+def delegated(args: argparse.Namespace) -> list[str]:
+    """The command of stages ablation, recipe, seeds and colab: a script of its own."""
+    data = ["--data-dir", args.data_dir] if args.data_dir else []
+    if args.stage == "ablation":
+        limit = ["--minutes", f"{args.bench_minutes:.2f}"] if args.bench_minutes is not None else []
+        tiny = ["--tiny", "--device", "cpu", "--compile-backend", "eager"] if args.tiny else []
+        return [str(ROOT / "benchmarks" / "gpu_ablation.py"), "--out", str(args.out / "ablation.json"),
+                *data, *limit, *tiny]
+    tiny = ["--tiny"] if args.tiny else []
+    if args.stage == "colab":
+        chapters = ["--part", str(args.part)]
+        return [str(ROOT / "experiments" / "colab_chapters.py"), "run", *chapters, "--out", str(args.out),
+                *data, *tiny]
+    candidates = ["--candidates", *args.candidates] if args.stage == "recipe" and args.fast_candidates else []
+    stage = "search" if args.stage == "recipe" else "seeds"
+    return [str(ROOT / "experiments" / "gpu_fast_recipe.py"), stage, "--out", str(args.out),
+            "--run-root", str(args.run_root / "fast-recipe"), *candidates, *data, *tiny]
 
 
 def tests_command(args: argparse.Namespace) -> list[str]:
@@ -462,7 +505,7 @@ def table3(args: argparse.Namespace) -> int:
     by_row = {row["row"]: row for row in rows}
     report = {
         "hardware": rows[0]["hardware"] if rows else None,
-        "command": " ".join(["python tools/gpu_finale.py", *sys.argv[1:]]),
+        "command": command_line("experiments/gpu_finale.py", args.argv),
         "date": datetime.date.today().isoformat(),
         "scale": {"name": scale.name, "about": scale.about, "recipe": dataclasses.asdict(scale.base)},
         "workers": args.workers,
@@ -499,6 +542,7 @@ def profile(args: argparse.Namespace) -> int:
     for mode, options in (("compiled", []), ("eager", ["--eager"])):
         argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), *options,
                 "--out", str(args.out / f"profile_{mode}.json")]
+        argv += ["--data-dir", args.data_dir] if args.data_dir else []
         argv += ["--tiny", "--device", "cpu", "--compile-backend", "eager"] if args.tiny else []
         status = status or subprocess.call(argv, cwd=ROOT)
     return status
@@ -521,11 +565,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("stage", choices=("search", "final", "bench", "tests", "all", "table3", "profile",
-                                          "train-one", "table3-run"))
+                                          "ablation", "recipe", "seeds", "colab", "train-one", "table3-run"))
     parser.add_argument("name", nargs="?", help="train-one: the candidate")
     parser.add_argument("--data-dir", help="a folder with the Multi30k files (never downloads)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--candidates", nargs="+", choices=list(CANDIDATES), default=None)
+    parser.add_argument("--candidates", nargs="+", default=None,
+                        help="search, final: of CANDIDATES; recipe: of gpu_fast_recipe.CANDIDATES")
     parser.add_argument("--minutes", type=float, default=get_recipe(BASE).max_minutes,
                         help="minutes of training per candidate")
     parser.add_argument("--wait-minutes", type=float, default=None,
@@ -534,7 +579,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, help="use the first N validation and test sentences only")
     parser.add_argument("--run-root", type=Path, default=ROOT / "runs" / "gpu-finale")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--bench-minutes", type=float, default=None, help="bench: start no row after this")
+    parser.add_argument("--bench-minutes", type=float, default=None,
+                        help="bench, ablation: start no row after this")
+    parser.add_argument("--only", choices=("base", "recipe", "missing"), default=None,
+                        help="bench: one table, or the rows bench.json lists as left out")
+    parser.add_argument("--part", type=int, default=1, help="colab: which part of the chapters")
     parser.add_argument("--copy-to", type=Path, default=None, help="all, bench: tar the results there")
     parser.add_argument("--deadline", type=float, default=570, help="all: seconds for every stage")
     parser.add_argument("--tiny", action="store_true", help="a small CPU run of the stage (seconds)")
@@ -543,6 +592,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--experiments", nargs="+", choices=("table3", "layer-norm"), default=["table3"],
                         help="table3: chapter 18's Table 3, and chapter 19's post-/pre-LN runs")
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.fast_candidates = args.stage == "recipe" and args.candidates is not None
+    if args.stage in ("search", "final", "all") and args.candidates is not None:
+        unknown = sorted(set(args.candidates) - set(CANDIDATES))
+        if unknown:
+            parser.error(f"unknown candidates {', '.join(unknown)}: choose from {', '.join(CANDIDATES)}")
     if args.stage == "final":
         chosen = json.loads((args.out / "search.json").read_text())["chosen"]
         if args.candidates not in (None, [chosen]):
@@ -587,6 +642,11 @@ def main(argv=None) -> int:
     if args.stage == "profile":
         try:
             return profile(args)
+        finally:
+            copy_results(args)
+    if args.stage in ("ablation", "recipe", "seeds", "colab"):
+        try:
+            return subprocess.call([sys.executable, *delegated(args)], cwd=ROOT)
         finally:
             copy_results(args)
     if args.stage == "tests":
