@@ -137,6 +137,18 @@ def test_a_replay_that_is_not_the_measured_batches_is_refused(tmp_path):
         gpu_training.load_results(path)
 
 
+def test_the_results_page_and_the_readme_quote_the_mfu_of_bench_json():
+    root = Path(__file__).resolve().parent.parent
+    page, readme = (root / "book" / "results.md").read_text(), (root / "README.md").read_text()
+    committed = json.loads(BENCH.read_text(encoding="utf-8"))
+    for row in committed["base"]:
+        mfu, with_padding = f"{100 * row['mfu']:.1f}%", f"{100 * row['mfu_with_padding']:.1f}%"
+        assert f"| {row['tokens_per_s']:,.0f} | {row['steps_per_s']:.2f} | {mfu} | {with_padding} |" in page
+    compiled = next(r for r in committed["base"] if r["implementation"] == "ours" and r["compiled"])
+    assert f"an MFU of {100 * compiled['mfu']:.1f}%" in readme
+    assert f"({100 * compiled['mfu_with_padding']:.1f}% counting the padding" in readme
+
+
 # --- the ablation of the step ---------------------------------------------------------------------
 
 
