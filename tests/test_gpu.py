@@ -1,7 +1,7 @@
 """The GPU suite: what the book says of training on a CUDA GPU, checked on one (`pytest -m gpu`).
 
 Skipped where PyTorch finds no CUDA GPU, so CI (CPUs only) skips it; a GPU run executes it first
-(`tools/gpu_finale.py` does) and its report is committed with the GPU results. Setting
+(`experiments/gpu_finale.py` does) and its report is committed with the GPU results. Setting
 ANNOTATED_TRANSFORMER_GPU_TEST_DEVICE=cpu runs the same code on the CPU, with the CUDA-only
 checks left out: a way to try the suite before GPU time is spent on it.
 """
@@ -257,3 +257,40 @@ def test_compiled_training_compiles_at_most_twice_over_many_batch_shapes():
             break
     assert len(shapes) >= 200
     assert 1 <= len(graphs) <= 2, f"{len(graphs)} graphs for {len(shapes)} batch shapes"
+
+
+@pytest.mark.parametrize("lever", ["real-rows loss", "fused qkv", "causal attention", "together"])
+def test_the_step_levers_keep_the_loss_and_gradients_with_the_gpus_kernels(lever):
+    """benchmarks/gpu_ablation.py: each lever gives the baseline's loss and gradients also where
+    bf16 autocast and the GPU's fused attention kernels (FlashAttention for the causal flag and
+    no mask) run, to bf16's precision; the CPU tests (tests/test_benchmarks.py) check it exactly."""
+    import dataclasses
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import gpu_ablation
+
+    from annotated_transformer.acceleration import autocast_context
+    from annotated_transformer.batching import make_batch
+
+    cfg = dataclasses.replace(config(dropout=0.0), n_heads=4, d_model=64)
+    generator = torch.Generator().manual_seed(0)
+    pairs = [(torch.randint(4, VOCAB, (12,), generator=generator).tolist(),
+              torch.randint(4, VOCAB, (t,), generator=generator).tolist()) for t in (5, 11, 8, 3)]
+    batch = gpu_ablation.StepBatch.of(make_batch(pairs)).to(torch.device(DEVICE))
+    assert batch.uniform_source  # so that "causal attention" drops every mask
+
+    def loss_and_gradient(which: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss, and the gradient of every parameter in one vector (some, such as the keys'
+        biases, are zero but for rounding: compared alone, their rounding would be all there is)."""
+        model = gpu_ablation.lever_model(cfg, which).to(DEVICE).train()
+        with autocast_context(torch.device(DEVICE), "bf16"):
+            loss = gpu_ablation.lever_loss(model, which, lambda fn: fn)(batch)
+        gradients = torch.autograd.grad(loss, list(model.parameters()))
+        return loss.float(), torch.cat([g.float().flatten() for g in gradients])
+
+    (loss, gradient), (lever_loss, lever_gradient) = loss_and_gradient("baseline"), loss_and_gradient(lever)
+    assert torch.allclose(loss, lever_loss, rtol=1e-2), (lever, loss.item(), lever_loss.item())
+    error = ((gradient - lever_gradient).norm() / gradient.norm()).item()
+    assert error < 2e-2, (lever, error)  # bf16 products: equal to bf16's rounding
