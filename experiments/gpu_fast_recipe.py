@@ -198,7 +198,10 @@ def search(args: argparse.Namespace) -> dict:
 
 def seeds(args: argparse.Namespace) -> dict:
     """The search's choice with every seed, side by side; each scored on val and test; mean, spread."""
-    choice = json.loads((args.out / SEARCH_FILE).read_text())["choice"]
+    search = json.loads((args.out / SEARCH_FILE).read_text())
+    if search["steps"] != args.steps:
+        raise SystemExit(f"the search trained {search['steps']} steps: pass --steps {search['steps']}")
+    choice = search["choice"]
     started = time.monotonic()
     trained = train_side_by_side(args, [(choice["candidate"], seed) for seed in args.seeds])
     rows = []

@@ -555,8 +555,8 @@ def copy_results(args: argparse.Namespace) -> None:
     tmp = args.copy_to / "gpu_results.tgz.tmp"
     with tarfile.open(tmp, "w:gz") as tar:
         tar.add(args.out, arcname="gpu")
-        for log in sorted(args.run_root.glob("*.log")) if args.run_root.exists() else []:
-            tar.add(log, arcname=f"logs/{log.name}")
+        for log in sorted(args.run_root.rglob("*.log")) if args.run_root.exists() else []:
+            tar.add(log, arcname=f"logs/{log.relative_to(args.run_root)}")
     os.replace(tmp, args.copy_to / "gpu_results.tgz")
 
 

@@ -28,11 +28,13 @@ RECORDS = ("command", "command_written_by_hand", "hardware")  # what a row recor
 def test_the_gpu_benchmark_runs_every_row_in_tiny_mode_and_adds_the_missing_ones(capsys, tmp_path):
     out_file = tmp_path / "bench.json"
     # the first row alone, the rest left out by the time limit; then just those
-    first = gpu_training.main([*TINY, "--out", str(out_file), "--minutes", "0.0001"])
+    first = gpu_training.main([*TINY, "--out", str(out_file), "--minutes", "0.002"])
     assert len(first["base"]) == 1 and len(first["left_out"]) == 11
     results = gpu_training.main([*TINY, "--only", "missing", "--out", str(out_file)])
     assert results["base"][0] == json.loads(json.dumps(first["base"][0]))  # kept, not measured again
     assert results["left_out"] == [] and json.loads(out_file.read_text()) == json.loads(json.dumps(results))
+    again = gpu_training.main([*TINY, "--out", str(out_file)])  # every row there: none measured again
+    assert json.loads(json.dumps(again)) == json.loads(json.dumps(results))
     base, recipe = results["base"], results["recipe"]
     combinations = {(r["implementation"], r["precision"], r["compiled"]) for r in base}
     assert len(combinations) == len(base) == 8  # ours and torch.nn.Transformer × fp32, bf16 × eager, compiled
@@ -44,7 +46,7 @@ def test_the_gpu_benchmark_runs_every_row_in_tiny_mode_and_adds_the_missing_ones
         ("multi30k", False), ("multi30k-gpu", False), ("multi30k", True), ("multi30k-gpu", True)
     ]
     assert all(r["steps"] == 3 for r in recipe)
-    assert base[0]["command"].endswith("--minutes 0.0001") and "--only missing" in base[1]["command"]
+    assert base[0]["command"].endswith("--minutes 0.002") and "--only missing" in base[1]["command"]
     assert all(r["hardware"]["device"] == "cpu" for r in base + recipe)
     out = capsys.readouterr().out
     assert "compiled / eager" in out and "fastest of ours" in out

@@ -305,18 +305,24 @@ def test_the_real_rows_alone_give_the_loss_and_gradients_of_every_row():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
-def test_the_chunked_loss_follows_autocast_as_the_plain_output_layer_does():
+@pytest.mark.parametrize("autocast", [True, False])
+def test_the_chunked_loss_follows_low_precision_as_the_plain_output_layer_does(autocast):
+    """Under autocast (float32 weights, bf16 products), or with bf16 tensors: the loss in float32,
+    the gradients in the inputs' dtypes, the values those of the plain path to bf16's rounding."""
     hidden, weight, target = projected_problem(2)
-    hidden, weight = (t.detach().float().requires_grad_(True) for t in (hidden, weight))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    dtype = torch.float32 if autocast else torch.bfloat16
+    hidden, weight = (t.detach().to(dtype).requires_grad_(True) for t in (hidden, weight))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         plain = loss_and_gradients(
             lambda: LabelSmoothingLoss(13, 0.1).loss_and_nll(F.linear(hidden, weight), target),
             hidden, weight)
         chunked = loss_and_gradients(lambda: projected_smoothed_loss(hidden, weight, target, chunk_rows=8),
                                      hidden, weight)
-    assert [t.dtype for t in chunked] == [t.dtype for t in plain]  # gradients in the inputs' dtypes
-    for a, b in zip(plain, chunked, strict=True):  # bf16 products: equal to bf16's rounding
-        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+    assert [t.dtype for t in chunked] == [t.dtype for t in plain] == [torch.float32] * 2 + [dtype] * 2
+    # the same bf16 logits, log-softmax in float32: the same loss; the weight's gradient is summed
+    # over the chunks, each product rounded to bf16
+    for a, b, rtol in zip(plain, chunked, (1e-5, 1e-5, 1e-5, 2e-2), strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=rtol, atol=rtol)
 
 
 def test_the_chunked_loss_without_gradients_and_its_errors():
