@@ -517,7 +517,7 @@ def builtin_corpus(split: str = "train") -> list[tuple[str, str]]:
     gender, case, plurals, adjective declension, verb agreement, verb-second word order after a
     fronted adverb, verb-final subordinate clauses and the perfect tense.
     """
-    if split not in _BUILTIN_SIZES:
+    if not isinstance(split, str) or split not in _BUILTIN_SIZES:
         hint = ' (the validation split is called "val")' if split in ("valid", "validation", "dev") else ""
         raise DataError(f"unknown split {split!r} of the built-in corpus{hint}; the splits are: "
                         f"{', '.join(BUILTIN_SPLITS)}")

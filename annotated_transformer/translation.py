@@ -394,12 +394,11 @@ class Validator:
 
     def __init__(self, pairs: Sequence[tuple[str, str]], every: int, with_bleu: bool = True,
                  batch_tokens: int = 4000) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a whole number of steps, at least 1, got {every!r}")
-        if len(pairs) == 0:
-            raise ValueError("a Validator needs at least one sentence pair")
-        self.pairs, self.every, self.with_bleu = list(pairs), every, with_bleu
-        self.batch_tokens = batch_tokens
+        from annotated_transformer.tokenization import _check_count, _check_pairs  # chapter 13's checks
+
+        self.pairs = _check_pairs(pairs, roles="(source, reference)", one="one (source, reference) pair")
+        self.every, self.with_bleu = _check_count(every, "every"), with_bleu
+        self.batch_tokens = _check_count(batch_tokens, "batch_tokens")
         self._batches: list | None = None
 
     def __call__(self, model: Transformer, vocabs: Vocabularies) -> dict[str, float]:
