@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 
 from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch, shard_batches
-from .checkpoints import atomic_save, atomic_write_text
+from .files import atomic_save, atomic_write_text
 
 # %% ../book/13_tokenization.ipynb #ad4f37b5
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # at indices PAD, BOS, EOS, UNK = 0, 1, 2, 3

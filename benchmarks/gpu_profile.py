@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_training
 
 from annotated_transformer.acceleration import autocast_context, use_fast_cuda_kernels
-from annotated_transformer.checkpoints import atomic_write_text
+from annotated_transformer.files import atomic_write_text
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer
 from annotated_transformer.regularization import LabelSmoothingLoss

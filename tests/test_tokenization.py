@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-import annotated_transformer.checkpoints as checkpoints
+import annotated_transformer.files as files
 import annotated_transformer.tokenization as tokenization
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
 from annotated_transformer.data import builtin_corpus
@@ -308,14 +308,14 @@ def test_vocabularies_load_errors(tmp_path, tiny):
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
-    path = checkpoints.atomic_write_text(tmp_path / "a.json", "old")
+    path = files.atomic_write_text(tmp_path / "a.json", "old")
 
     def fail(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoints.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        checkpoints.atomic_write_text(path, "new")
+        files.atomic_write_text(path, "new")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
@@ -333,8 +333,8 @@ def test_cached_encode_pairs_reads_the_cache(tmp_path, monkeypatch, bpe_vocabs):
     pairs = builtin_corpus("val")[:100]
     first = cached_encode_pairs(pairs, bpe_vocabs, tmp_path)
     assert first == encode_pairs(pairs, bpe_vocabs)
-    files = list(tmp_path.glob("encoded-*.pt"))
-    assert len(files) == 1 and corpus_key(pairs, bpe_vocabs) in files[0].name
+    cache_files = list(tmp_path.glob("encoded-*.pt"))
+    assert len(cache_files) == 1 and corpus_key(pairs, bpe_vocabs) in cache_files[0].name
 
     def fail(*args):
         raise AssertionError("encode_pairs called although the cache holds the result")
