@@ -25,7 +25,8 @@ from .data import CORPORA, DataError, corpus
 from .errors import Setting, SettingsMessage
 from .decoding import save_average
 from .distributed import init_distributed, shutdown_distributed
-from .checkpoints import atomic_write_text, checkpoint_paths
+from .files import atomic_write_text
+from .checkpoints import checkpoint_paths
 from .training import TrainingDiverged
 from .recipes import RECIPES, Recipe
 from .hardware import check_device
@@ -195,10 +196,12 @@ def _high_loss(run) -> str | None:
 
 
 def _after_divergence(run_dir: Path) -> str:
-    """How to go on after training diverged: a run keeps its settings once it has a checkpoint."""
-    if RunDirectory(run_dir).newest_step():
-        return (f"{run_dir} keeps its settings with its checkpoints, so train with other values in a new "
-                f"--run-dir")
+    """How to go on after training diverged: a run keeps its settings once it has a checkpoint (its
+    newest was written before the divergence: a diverged model is never saved)."""
+    checkpoints = RunDirectory(run_dir).checkpoint_paths()
+    if checkpoints:
+        return (f"{run_dir} keeps its settings with its checkpoints (the newest, {checkpoints[-1].name}, is "
+                f"kept), so train with other values in a new --run-dir")
     return f"the same command with other values starts {run_dir} again"
 
 # %% ../book/16_command_line.ipynb #214cca3b

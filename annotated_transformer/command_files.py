@@ -15,8 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .checkpoints import atomic_write_text
-from .checkpoints import DiskFullError
+from .files import DiskFullError, atomic_write_text
 
 
 def check_output(name: str | None, option: str = "--output", example: str = "out.txt") -> Path | None:

@@ -11,7 +11,6 @@ __all__ = ['CACHE_ENV', 'MULTI30K_BASE_URL', 'MULTI30K_SPLITS', 'LANGUAGES', 'MU
 
 # %% ../book/12_data.ipynb #e851f361
 import contextlib
-import errno
 import gzip
 import hashlib
 import http.client
@@ -26,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import Setting, SettingsMessage
+from .files import disk_full
 
 # %% ../book/12_data.ipynb #1659a94d
 class DataError(SettingsMessage, RuntimeError):
@@ -114,15 +114,14 @@ def download_file(
     return _download(url, destination, sha256, timeout, advice)
 
 # %% ../book/12_data.ipynb #8f9b52a4
-_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))  # no space left; quota used up
-
-
 def _disk_full(destination: Path, error: BaseException) -> DataError | None:
-    """The DataError to raise when `error` is a full disk (or a used-up quota); None otherwise."""
-    if not (isinstance(error, OSError) and error.errno in _DISK_FULL):
+    """The DataError to raise when `error` is a full disk (or a used-up quota, chapter 10's
+    `disk_full`); None otherwise."""
+    full = disk_full(error)
+    if full is None:
         return None
     return DataError(
-        f"the disk is full: {destination} could not be written ({error.strerror}). Nothing was saved. Free "
+        f"the disk is full: {destination} could not be written ({full.strerror}). Nothing was saved. Free "
         f"some space on the disk of {destination.parent}, or keep the data on another disk (for the data "
         f"cache: the environment variable {CACHE_ENV})."
     )
@@ -517,7 +516,7 @@ def builtin_corpus(split: str = "train") -> list[tuple[str, str]]:
     gender, case, plurals, adjective declension, verb agreement, verb-second word order after a
     fronted adverb, verb-final subordinate clauses and the perfect tense.
     """
-    if split not in _BUILTIN_SIZES:
+    if not isinstance(split, str) or split not in _BUILTIN_SIZES:
         hint = ' (the validation split is called "val")' if split in ("valid", "validation", "dev") else ""
         raise DataError(f"unknown split {split!r} of the built-in corpus{hint}; the splits are: "
                         f"{', '.join(BUILTIN_SPLITS)}")

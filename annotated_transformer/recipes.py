@@ -12,7 +12,6 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .data import CORPORA
@@ -91,7 +90,7 @@ class Recipe:
             share_embeddings=shared,
         )
 
-    def train_config(self, checkpoint_dir: Path, progress: bool = True) -> TrainConfig:
+    def train_config(self, progress: bool = True) -> TrainConfig:
         return TrainConfig(
             max_steps=self.max_steps,
             accumulate=self.accumulate,
@@ -104,8 +103,6 @@ class Recipe:
             precision=self.precision,
             compile=self.compile,
             checkpoint_every=self.checkpoint_every,
-            checkpoint_dir=str(checkpoint_dir),
-            keep_checkpoints=self.average_last,
             progress=progress,
             seed=self.seed,
             log_every=max(1, self.max_steps // 20) if progress else 0,
@@ -116,7 +113,7 @@ class Recipe:
 # Recipe fields that count something, so at least 1, and that no configuration checks.
 _COUNT_FIELDS = ("vocab_size", "min_freq", "max_tokens", "checkpoint_every", "average_last", "beam_size")
 # The fields of TransformerConfig and TrainConfig that a Recipe calls otherwise.
-_RECIPE_NAMES = {"n_decoder_layers": "decoder_layers", "keep_checkpoints": "average_last"}
+_RECIPE_NAMES = {"n_decoder_layers": "decoder_layers"}
 _TYPE_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
 
 
@@ -164,7 +161,7 @@ def _check_configurations(recipe: Recipe) -> None:
     the recipe's field where a configuration calls it otherwise."""
     try:
         recipe.model_config(None, sizes=(len(SPECIALS) + 1, len(SPECIALS) + 1, True))
-        recipe.train_config(Path("checkpoints"))
+        recipe.train_config()
     except FieldError as error:
         raise FieldError(*(Setting(_RECIPE_NAMES.get(part.name, part.name), part.value)
                            if isinstance(part, Setting) else part for part in error.parts)) from None

@@ -23,8 +23,8 @@ import torch
 
 from .model import TransformerConfig, config_sha256
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
-from .checkpoints import atomic_write_text
-from .checkpoints import DiskFullError, checkpoint_paths, checkpoint_step, disk_full
+from .files import DiskFullError, atomic_write_text, disk_full
+from .checkpoints import checkpoint_paths, checkpoint_step
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.recipes import Recipe
@@ -45,7 +45,7 @@ class RunDirectory:
         self.info = path / "run.json"  # where the training data came from (`train --data-dir`)
         self.vocab = path / "vocab.json"  # the vocabularies (chapter 13)
         self.cache = path / "cache"  # the training corpus, encoded once
-        self.checkpoints = path / "checkpoints"  # chapter 9's step checkpoints
+        self.checkpoints = path / "checkpoints"  # chapter 10's step checkpoints (`CheckpointDirectory`)
         self.history = path / "history.json"  # one record per optimizer step
         self.validation = path / "validation.json"  # a Validator's scores
         self.hardware = path / "hardware.json"  # the machine of the first session
@@ -53,12 +53,12 @@ class RunDirectory:
         self.lock = path / "run.lock"  # held by the process that trains the run
 
     def checkpoint_paths(self) -> list[Path]:
-        """The step checkpoints, oldest first (chapter 9's `checkpoint_paths`); [] before the first."""
+        """The step checkpoints, oldest first (chapter 10's `checkpoint_paths`); [] before the first."""
         return checkpoint_paths(self.checkpoints) if self.checkpoints.is_dir() else []
 
     @staticmethod
     def step_of(checkpoint: Path) -> int:
-        """The step of a checkpoint that chapter 9's `checkpoint_path` named (`step_00000100.pt`: 100)."""
+        """The step of a checkpoint that chapter 10's `checkpoint_path` named (`step_00000100.pt`: 100)."""
         return checkpoint_step(checkpoint)
 
     def newest_step(self) -> int:

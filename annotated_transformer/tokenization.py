@@ -14,8 +14,10 @@ import hashlib
 import heapq
 import itertools
 import json
+import numbers
+import reprlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +25,7 @@ from typing import Any, Literal
 import torch
 
 from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch, shard_batches
-from .checkpoints import atomic_save, atomic_write_text
+from .files import atomic_save, atomic_write_text
 
 # %% ../book/13_tokenization.ipynb #ad4f37b5
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # at indices PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -32,6 +34,64 @@ SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # at indices PAD, BOS, EOS, UNK
 class VocabularyError(ValueError):
     """A vocabulary file that cannot be used, or one that does not fit the model or data."""
 
+
+# %% ../book/13_tokenization.ipynb #7125a467
+_SHORT = reprlib.Repr()  # how a message shows a value: long strings and lists cut short, on one line
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxtuple = 60, 60, 4, 4
+
+
+def _shown(value: Any) -> str:
+    """`value` as a one-line message shows it: a short repr, with its type where the repr does not say it."""
+    text = _SHORT.repr(value)
+    says_its_type = value is None or type(value) in (bool, int, float, str, bytes, list, tuple, dict)
+    return text if says_its_type else f"{text} ({type(value).__name__})"
+
+
+def _check_list(values: Any, name: str, expected: str, fits: Callable[[Any], bool], one: str | None) -> list:
+    """`values` (any iterable but a string, a mapping or a set) as a list whose every item `fits`, or a
+    one-line error that names the argument, what was `expected` and what came. `one` names the item
+    that at least one of is needed (None: an empty list will do)."""
+    if isinstance(values, str | bytes | Mapping | Set) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be {expected}, got {_shown(values)}")
+    kind, values = type(values).__name__, list(values)
+    bad = next((i for i, value in enumerate(values) if not fits(value)), None)
+    if bad is not None:
+        item = f"item {bad + 1} of {len(values)}"
+        raise TypeError(f"{name} must be {expected}; {item} is {_shown(values[bad])}")
+    if one is not None and not values:
+        raise ValueError(f"{name} must hold at least {one}, got an empty {kind}")
+    return values
+
+
+def _check_texts(texts: Any, name: str = "texts", expected: str = "a list of strings",
+                 one: str | None = None) -> list[str]:
+    """Sentences: a list (or any other iterable, in order) of strings."""
+    return _check_list(texts, name, expected, lambda text: isinstance(text, str), one)
+
+
+def _check_text(text: Any, name: str = "text") -> str:
+    """One sentence: a string."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a string, got {_shown(text)}")
+    return text
+
+
+def _is_pair(pair: Any) -> bool:
+    return (isinstance(pair, tuple | list) and len(pair) == 2
+            and isinstance(pair[0], str) and isinstance(pair[1], str))
+
+
+def _check_pairs(pairs: Any, name: str = "pairs", roles: str = "(source, target)",
+                 one: str | None = None) -> list[tuple[str, str]]:
+    """Sentence pairs: a list of (source, target) pairs of two strings each."""
+    return _check_list(pairs, name, f"a list of {roles} pairs of strings", _is_pair, one)
+
+
+def _check_count(value: Any, name: str, at_least: int = 1) -> int:
+    """A setting that counts something: a whole number, at least `at_least`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < at_least:
+        raise ValueError(f"{name} must be a whole number, at least {at_least}, got {_shown(value)}")
+    return int(value)
 
 # %% ../book/13_tokenization.ipynb #aecd41a4
 class SpacyTokenizer:
@@ -51,10 +111,11 @@ class SpacyTokenizer:
         self.language = language
 
     def __call__(self, text: str) -> list[str]:
-        return [token.text for token in self._nlp.tokenizer(text.strip()) if not token.is_space]
+        return [token.text for token in self._nlp.tokenizer(_check_text(text).strip()) if not token.is_space]
 
     def pipe(self, texts: Iterable[str], batch_size: int = 1000) -> list[list[str]]:
         """Tokenize many texts (spaCy's batched `pipe`, faster than one call per text)."""
+        texts = _check_texts(texts)
         docs = self._nlp.tokenizer.pipe((text.strip() for text in texts), batch_size=batch_size)
         return [[token.text for token in doc if not token.is_space] for doc in docs]
 
@@ -318,8 +379,6 @@ class BPE:
 
 # %% ../book/13_tokenization.ipynb #ae573c5d
 VocabKind = Literal["bpe", "word"]
-_VOCAB_FORMAT = "annotated-transformer-vocabulary"
-_VOCAB_VERSION = 1
 
 
 class TextEncoder:
@@ -349,7 +408,7 @@ class TextEncoder:
         return self.encode_words(self.tokenizer.pipe(texts))
 
     def encode(self, text: str) -> list[int]:
-        return self.encode_batch([text])[0]
+        return self.encode_batch([_check_text(text)])[0]
 
     def tokens(self, ids: Sequence[int]) -> list[str]:
         """The vocabulary entries of `ids` (subword pieces for BPE), for figures and debugging."""
@@ -393,54 +452,69 @@ class Vocabularies:
             sizes += f"/{len(self.target.vocab)}"
         return f"{self.kind} {self.source.language}->{self.target.language}, {sizes} tokens"
 
-    def to_dict(self) -> dict:
-        data: dict[str, Any] = {
-            "format": _VOCAB_FORMAT, "version": _VOCAB_VERSION, "kind": self.kind,
-            "source_language": self.source.language, "target_language": self.target.language,
-        }
-        if self.kind == "bpe":
-            data["bpe"] = json.loads(self.source.bpe.to_json())
-        else:
-            data["source_tokens"] = self.source.vocab.get_itos()
-            data["target_tokens"] = self.target.vocab.get_itos()
-        return data
-
     def save(self, path: str | Path) -> Path:
+        """Both vocabularies in one JSON file, written atomically (`_vocabularies_to_dict`)."""
         return atomic_write_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
     def sha256(self) -> str:
+        """A fingerprint of the contents, whatever the order of the file's keys."""
         text = json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+    def to_dict(self) -> dict:
+        return _vocabularies_to_dict(self)
+
     @classmethod
     def load(cls, path: str | Path) -> "Vocabularies":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"no vocabulary file at {path}: train first, or give the path to vocab.json"
-            )
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise VocabularyError(f"{path} is not a vocabulary file (not valid JSON: {error})") from error
-        if not isinstance(data, dict) or data.get("format") != _VOCAB_FORMAT:
-            raise VocabularyError(f"{path} is not an annotated-transformer vocabulary file")
-        if data.get("version") != _VOCAB_VERSION:
-            raise VocabularyError(f"{path} has vocabulary format version {data.get('version')}; "
-                                  f"this package reads version {_VOCAB_VERSION}")
-        try:
-            source, target = data["source_language"], data["target_language"]
-            if data["kind"] == "bpe":
-                bpe = BPE.from_json(json.dumps(data["bpe"]))
-                return cls(TextEncoder(source, bpe=bpe), TextEncoder(target, bpe=bpe))
-            if data["kind"] == "word":
-                return cls(TextEncoder(source, vocab=Vocab(data["source_tokens"])),
-                           TextEncoder(target, vocab=Vocab(data["target_tokens"])))
-        except VocabularyError as error:  # specials missing, a language spaCy does not know, ...
-            raise VocabularyError(f"{path}: {error}") from error
-        except Exception as error:  # a key missing, a value of the wrong type, a broken BPE model
-            raise VocabularyError(f"{path} is a damaged vocabulary file: {error!r}") from error
-        raise VocabularyError(f"{path}: unknown vocabulary kind {data['kind']!r} (expected 'bpe' or 'word')")
+        """The vocabularies `save` wrote; a missing, damaged or foreign file is refused by name."""
+        return _read_vocabularies(path)
+
+# %% ../book/13_tokenization.ipynb #beece97a
+_VOCAB_FORMAT = "annotated-transformer-vocabulary"
+_VOCAB_VERSION = 1
+
+
+def _vocabularies_to_dict(vocabs: Vocabularies) -> dict:
+    data: dict[str, Any] = {
+        "format": _VOCAB_FORMAT, "version": _VOCAB_VERSION, "kind": vocabs.kind,
+        "source_language": vocabs.source.language, "target_language": vocabs.target.language,
+    }
+    if vocabs.kind == "bpe":
+        data["bpe"] = json.loads(vocabs.source.bpe.to_json())
+    else:
+        data["source_tokens"] = vocabs.source.vocab.get_itos()
+        data["target_tokens"] = vocabs.target.vocab.get_itos()
+    return data
+
+
+def _read_vocabularies(path: str | Path) -> Vocabularies:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no vocabulary file at {path}: train first, or give the path to vocab.json"
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise VocabularyError(f"{path} is not a vocabulary file (not valid JSON: {error})") from error
+    if not isinstance(data, dict) or data.get("format") != _VOCAB_FORMAT:
+        raise VocabularyError(f"{path} is not an annotated-transformer vocabulary file")
+    if data.get("version") != _VOCAB_VERSION:
+        raise VocabularyError(f"{path} has vocabulary format version {data.get('version')}; "
+                              f"this package reads version {_VOCAB_VERSION}")
+    try:
+        source, target = data["source_language"], data["target_language"]
+        if data["kind"] == "bpe":
+            bpe = BPE.from_json(json.dumps(data["bpe"]))
+            return Vocabularies(TextEncoder(source, bpe=bpe), TextEncoder(target, bpe=bpe))
+        if data["kind"] == "word":
+            return Vocabularies(TextEncoder(source, vocab=Vocab(data["source_tokens"])),
+                                TextEncoder(target, vocab=Vocab(data["target_tokens"])))
+    except VocabularyError as error:  # specials missing, a language spaCy does not know, ...
+        raise VocabularyError(f"{path}: {error}") from error
+    except Exception as error:  # a key missing, a value of the wrong type, a broken BPE model
+        raise VocabularyError(f"{path} is a damaged vocabulary file: {error!r}") from error
+    raise VocabularyError(f"{path}: unknown vocabulary kind {data['kind']!r} (expected 'bpe' or 'word')")
 
 # %% ../book/13_tokenization.ipynb #3a5fef6d
 def build_vocabularies(
@@ -452,19 +526,20 @@ def build_vocabularies(
 ) -> Vocabularies:
     """Vocabularies from TRAINING pairs only (never the test set): a joint BPE of `vocab_size`
     pieces over both languages, or one word vocabulary per language (`min_freq` occurrences)."""
-    if not pairs:
-        raise ValueError("no training pairs to build vocabularies from")
+    pairs = _check_pairs(pairs, one="one training pair")
+    if kind not in ("bpe", "word"):
+        raise ValueError(f"unknown vocabulary kind {kind!r}: use 'bpe' or 'word'")
+    _check_count(min_freq, "min_freq")
     source_words = SpacyTokenizer(languages[0]).pipe(source for source, _ in pairs)
     target_words = SpacyTokenizer(languages[1]).pipe(target for _, target in pairs)
     if kind == "bpe":
+        vocab_size = _check_count(vocab_size, "vocab_size", len(SPECIALS) + 1)
         bpe = BPE.train([*source_words, *target_words], vocab_size=vocab_size, min_frequency=min_freq)
         return Vocabularies(TextEncoder(languages[0], bpe=bpe), TextEncoder(languages[1], bpe=bpe))
-    if kind == "word":
-        return Vocabularies(
-            TextEncoder(languages[0], vocab=build_vocab_from_iterator(source_words, min_freq)),
-            TextEncoder(languages[1], vocab=build_vocab_from_iterator(target_words, min_freq)),
-        )
-    raise ValueError(f"unknown vocabulary kind {kind!r}: use 'bpe' or 'word'")
+    return Vocabularies(
+        TextEncoder(languages[0], vocab=build_vocab_from_iterator(source_words, min_freq)),
+        TextEncoder(languages[1], vocab=build_vocab_from_iterator(target_words, min_freq)),
+    )
 
 # %% ../book/13_tokenization.ipynb #84b8164b
 @dataclass
@@ -490,6 +565,7 @@ class EncodedPairs:
 
 def encode_pairs(pairs: Sequence[tuple[str, str]], vocabs: Vocabularies) -> EncodedPairs:
     """Tokenize and numericalize every pair; pairs whose source is empty are dropped."""
+    pairs = _check_pairs(pairs)
     source = vocabs.source.encode_batch([s for s, _ in pairs])
     target = vocabs.target.encode_batch([t for _, t in pairs])
     kept = [i for i, ids in enumerate(source) if ids]
@@ -515,6 +591,7 @@ def _unpack(packed: dict[str, torch.Tensor]) -> list[list[int]]:
 
 def corpus_key(pairs: Sequence[tuple[str, str]], vocabs: Vocabularies) -> str:
     """A SHA-256 of the text and the vocabularies: the cache entry of exactly this encoding."""
+    pairs = _check_pairs(pairs)
     digest = hashlib.sha256(vocabs.sha256().encode())
     for source, target in pairs:
         digest.update(source.encode("utf-8") + b"\x00" + target.encode("utf-8") + b"\x01")

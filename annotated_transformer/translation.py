@@ -11,7 +11,7 @@ __all__ = ['TrainingRun', 'train_translation', 'TrainingWarning', 'batch_warning
 import json
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,11 @@ from .decoding import average_checkpoints
 from .errors import Setting, SettingsMessage
 from .model import Transformer, make_model
 from .tokenization import Vocabularies, VocabularyError
-from .checkpoints import atomic_write_text
+from .files import atomic_write_text, remove_stale_temporaries
 from .tokenization import cached_encode_pairs, encode_pairs, token_batches
 from .training import StepStats, Trainer, evaluate
-from .checkpoints import CheckpointError
-from .checkpoints import read_checkpoint, remove_stale_temporaries, resume_newest
-from .checkpoints import save_checkpoint
+from .checkpoints import CheckpointDirectory, CheckpointError
+from .checkpoints import read_checkpoint, save_checkpoint
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.recipes import Recipe
@@ -100,21 +99,29 @@ def train_translation(
         hardware = record_hardware(run_dir, device, world_size, write)
         torch.manual_seed(recipe.seed)
         model = make_model(recipe.model_config(vocabs))
-        trainer = Trainer(model, recipe.train_config(files.checkpoints, progress), device=device)
-        trainer.checkpoint_extra = {**run_fingerprint(recipe, vocabs, model.config),
-                                    "longest_source": max(map(len, encoded.source), default=0)}
-        resumed = _resume(trainer, run_dir, vocabs, write)
-        ClockFit(trainer, recipe, write).restore(resumed)
+        trainer = Trainer(model, recipe.train_config(progress), device=device)
+        checkpoints = CheckpointDirectory(files.checkpoints, keep=recipe.average_last)
+        extra = {**run_fingerprint(recipe, vocabs, model.config),  # in every checkpoint of the run
+                 "longest_source": max(map(len, encoded.source), default=0)}
+        resumed = _resume(trainer, checkpoints, run_dir, vocabs, write)
+        clock_fit = ClockFit(trainer, recipe, extra, write)
+        clock_fit.restore(resumed)
         warning = batch_warning(encoded.lengths(), recipe.max_tokens)
         if write and warning is not None and trainer.step < recipe.max_steps:
             warnings.warn(warning, stacklevel=2)
         history = RunHistory(files.history, trainer.step, write, resumed.get("minutes", 0.0))
         validation = (_ValidationLog(validator, run_dir, trainer, vocabs, history) if validator and write
                       else None)
-        stopped = _train(trainer, recipe, history, epoch_batches, world_size, validation)
+
+        def save_state() -> Path:  # a checkpoint, with the minutes of training so far
+            extra["minutes"] = history.minutes()
+            return checkpoints.save(trainer, extra)
+
+        stopped = _train(trainer, recipe, history, epoch_batches, world_size, clock_fit, save_state,
+                         validation)
         history.save()
-        model = _finish_run(run_dir, recipe, trainer.model, write, extra=trainer.checkpoint_extra)
-    fitted = trainer.checkpoint_extra.get(ClockFit.KEY, {}).get("last_step")
+        model = _finish_run(run_dir, recipe, trainer.model, write, extra=extra)
+    fitted = extra.get(ClockFit.KEY, {}).get("last_step")
     return TrainingRun(run_dir, recipe, vocabs, model, history.records, history.minutes_trained(),
                        hardware, steps=trainer.step, out_of_time=stopped, fitted_last_step=fitted)
 
@@ -153,7 +160,9 @@ def _prepare_run_dir(run_dir: Path, recipe: Recipe, write: bool, world_size: int
         torch.distributed.barrier()
 
 
-def _resume(trainer: Trainer, run_dir: Path, vocabs: Vocabularies, write: bool) -> dict:
+def _resume(
+    trainer: Trainer, checkpoints: CheckpointDirectory, run_dir: Path, vocabs: Vocabularies, write: bool
+) -> dict:
     """Resume from the newest sound checkpoint, if any; returns its `extra` ({} for a new run).
     Refuses a vocabulary the checkpoints were not trained with, and a run none of whose checkpoints
     can be resumed: training from step 0 would overwrite them."""
@@ -164,13 +173,12 @@ def _resume(trainer: Trainer, run_dir: Path, vocabs: Vocabularies, write: bool) 
             f"{files.vocab} is not the vocabulary {source} was trained with (fingerprints "
             f"differ): put the run's own vocab.json back, or train in a new run directory"
         )
-    checkpoints = files.checkpoints
-    checkpoints.mkdir(exist_ok=True)
-    resumed, passed_over = resume_newest(trainer, checkpoints)
+    resumed, passed_over = checkpoints.resume_newest(trainer)
     if resumed is None and passed_over:
         reason = passed_over[0].removesuffix("; resuming from the checkpoint before it")
-        raise CheckpointError(f"no checkpoint in {checkpoints} can be resumed, and training from step 0 "
-                              f"would overwrite them; move them away to start again. The newest: {reason}")
+        raise CheckpointError(f"no checkpoint in {checkpoints.directory} can be resumed, and training "
+                              f"from step 0 would overwrite them; move them away to start again. The newest: "
+                              f"{reason}")
     for message in passed_over:
         note(message, write)
     return peek_extra(resumed) if resumed is not None else {}
@@ -190,13 +198,14 @@ class ClockFit:
 
     KEY = "fitted_schedule"  # in checkpoint `extra`: {"last_step": ..., "max_minutes": ...}
 
-    def __init__(self, trainer: Trainer, recipe: Recipe, write: bool = True) -> None:
-        self.trainer, self.recipe, self.write = trainer, recipe, write
+    def __init__(self, trainer: Trainer, recipe: Recipe, extra: dict, write: bool = True) -> None:
+        """`extra`: what the run's checkpoints add (`CheckpointDirectory.save`), where the decision goes."""
+        self.trainer, self.recipe, self.extra, self.write = trainer, recipe, extra, write
 
     def last_step(self, minutes: float) -> int | None:
         """The step at which to end the schedule, if now is the moment to decide it; else None."""
         recipe, step = self.recipe, self.trainer.step
-        if recipe.max_minutes is None or recipe.cooldown == 0 or self.KEY in self.trainer.checkpoint_extra:
+        if recipe.max_minutes is None or recipe.cooldown == 0 or self.KEY in self.extra:
             return None
         cooldown_start = recipe.max_steps - self.trainer.config.cooldown_steps  # as planned in steps
         if step == 0 or step >= cooldown_start or minutes < (1 - recipe.cooldown) * recipe.max_minutes:
@@ -207,7 +216,7 @@ class ClockFit:
     def apply(self, last_step: int, minutes: float | None = None) -> None:
         self.trainer.end_schedule_at(last_step)
         recipe = self.recipe
-        self.trainer.checkpoint_extra[self.KEY] = {"last_step": last_step, "max_minutes": recipe.max_minutes}
+        self.extra[self.KEY] = {"last_step": last_step, "max_minutes": recipe.max_minutes}
         if minutes is not None:
             note(f"after {minutes:.1f} of {recipe.max_minutes:g} minutes, at step {self.trainer.step:,}: "
                   f"the time allows about {last_step:,} of {recipe.max_steps:,} steps, so the cooldown (the "
@@ -222,12 +231,12 @@ class ClockFit:
 # %% ../book/14_translation.ipynb #a5ac8eab
 def _train(
     trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batches, world_size: int,
-    validation: "_ValidationLog | None" = None,
+    clock_fit: ClockFit, save_state: Callable[[], Path], validation: "_ValidationLog | None" = None,
 ) -> bool:
     """Train to `recipe.max_steps` or until `recipe.max_minutes`, whichever comes first (a cooldown
-    fitted to the clock: `ClockFit`), and write a checkpoint at the end; True when the time limit
-    ended training. `validation` scores the model at its steps and at the end."""
-    clock_fit = ClockFit(trainer, recipe, trainer.is_main)
+    fitted to the clock: `clock_fit`), with a checkpoint (`save_state`) every `checkpoint_every`
+    steps and at the end; True when the time limit ended training. `validation` scores the model at
+    its steps and at the end."""
 
     def out_of_time() -> bool:
         return recipe.max_minutes is not None and history.minutes() >= recipe.max_minutes
@@ -248,7 +257,6 @@ def _train(
 
     def on_log(records: list[StepStats]) -> bool:
         history.add(records)
-        trainer.checkpoint_extra["minutes"] = history.minutes()  # a checkpoint may follow: its minutes
         if trainer.step % recipe.checkpoint_every == 0:
             history.save()
         if world_size == 1:
@@ -265,11 +273,10 @@ def _train(
 
     stopped = out_of_time()
     if trainer.step < trainer.last_step and not stopped:
-        trainer.fit(epoch_batches, on_log=on_log, on_step=on_step)
+        trainer.fit(epoch_batches, on_log=on_log, on_step=on_step, on_checkpoint=save_state)
         stopped = trainer.step < recipe.max_steps
         if trainer.step % recipe.checkpoint_every:
-            trainer.checkpoint_extra["minutes"] = history.minutes()
-            trainer.save_checkpoint()
+            save_state()
     if validation is not None:
         validation.score()  # the model as training left it (once only, if this step was scored)
     return stopped
@@ -394,12 +401,11 @@ class Validator:
 
     def __init__(self, pairs: Sequence[tuple[str, str]], every: int, with_bleu: bool = True,
                  batch_tokens: int = 4000) -> None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a whole number of steps, at least 1, got {every!r}")
-        if len(pairs) == 0:
-            raise ValueError("a Validator needs at least one sentence pair")
-        self.pairs, self.every, self.with_bleu = list(pairs), every, with_bleu
-        self.batch_tokens = batch_tokens
+        from annotated_transformer.tokenization import _check_count, _check_pairs  # chapter 13's checks
+
+        self.pairs = _check_pairs(pairs, roles="(source, reference)", one="one (source, reference) pair")
+        self.every, self.with_bleu = _check_count(every, "every"), with_bleu
+        self.batch_tokens = _check_count(batch_tokens, "batch_tokens")
         self._batches: list | None = None
 
     def __call__(self, model: Transformer, vocabs: Vocabularies) -> dict[str, float]:

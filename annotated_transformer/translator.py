@@ -9,6 +9,7 @@ __all__ = ['InputWarning', 'TranslationInfo', 'Translator', 'bleu', 'Evaluation'
 
 # %% ../book/14_translation.ipynb #da4c8076
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from .batching import BOS, EOS, PAD, UNK, make_batch
 from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenization import Vocabularies, VocabularyError
+from .tokenization import _check_count, _check_pairs, _check_texts, _shown
 from .checkpoints import read_checkpoint
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
@@ -117,6 +119,16 @@ def _check_source_lengths(sources: Sequence[Sequence[int]], limit: int) -> None:
                          f"(max_len {limit:,} positions): split it into shorter sentences")
 
 # %% ../book/14_translation.ipynb #81895c53
+def _check_path(path: Any, name: str, expected: str, exists: bool = True) -> Path:
+    """`path` as a Path (that exists, unless told otherwise), or a one-line error: what was
+    `expected`, and what came."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{name} must be the path of {expected} (a str or Path), got {_shown(path)}")
+    if exists and not Path(path).exists():
+        raise FileNotFoundError(f"no {name} at {path}: give the path of {expected} that exists")
+    return Path(path)
+
+
 def _read_run_model(
     checkpoint: str | Path, vocab: str | Path | None = None
 ) -> tuple[Transformer, Vocabularies, dict]:
@@ -124,10 +136,14 @@ def _read_run_model(
     (`vocab` or the `vocab.json` beside the checkpoint or in the run directory above
     `checkpoints/`), and the decoding settings its recipe recorded (beam size, α, the longest
     training sentence). The checkpoint is read with `read_checkpoint` (which refuses a damaged
-    file or NaN weights) and the vocabulary must have its fingerprint."""
-    checkpoint = RunDirectory.model_of(checkpoint)
-    if not checkpoint.is_file():
-        raise FileNotFoundError(f"no checkpoint at {checkpoint}: give a run directory or a .pt file")
+    file or NaN weights) and the vocabulary must have its fingerprint. A path that is not one, or
+    does not exist, is refused by name."""
+    checkpoint = RunDirectory.model_of(_check_path(checkpoint, "checkpoint", "a run directory or a .pt file"))
+    if vocab is not None:  # its type here; whether it exists, Vocabularies.load says later
+        _check_path(vocab, "vocab", "a vocab.json", exists=False)
+    if not checkpoint.is_file():  # a directory, but no finished run's
+        raise FileNotFoundError(f"no checkpoint at {checkpoint}: a run directory holds model.pt once its "
+                                f"training has finished; until then, give one of its checkpoints/*.pt")
     if vocab is None:
         vocab = RunDirectory.vocab_of(checkpoint)
     data = read_checkpoint(checkpoint)
@@ -188,17 +204,16 @@ class Translator:
         """Decode source id lists (in the given order) with beam search, or greedily with a beam of 1."""
         beam_size = self.beam_size if beam_size is None else beam_size
         check_beam_settings(beam_size, self.alpha)
-        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be a whole number, at least 1, got {batch_tokens!r}")
+        batch_tokens = _check_count(batch_tokens, "batch_tokens")
         _check_source_lengths(sources, self.model.config.max_len)
         return _decode_by_length(self.model, sources, beam_size, self.alpha, batch_tokens, self.device)
 
     def translate_with_info(
         self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
     ) -> list[TranslationInfo]:
-        """Translate sentences (a list, in the given order, even for one), each with what the model
-        could read of it: its tokens, the unknown ones, and whether it is longer than any of the
-        training data. When some are mostly unknown or too long, one `InputWarning` says so."""
+        """Translate sentences (a string, or a list of strings, in the given order), each with what
+        the model could read of it: its tokens, the unknown ones, and whether it is longer than any of
+        the training data. When some are mostly unknown or too long, one `InputWarning` says so."""
         infos, message = self._translate(sentences, beam_size, batch_tokens)
         if message is not None:
             warnings.warn(message, InputWarning, stacklevel=2)
@@ -207,7 +222,8 @@ class Translator:
     def _translate(
         self, sentences: Sequence[str] | str, beam_size: int | None, batch_tokens: int
     ) -> tuple[list[TranslationInfo], str | None]:
-        texts = [sentences] if isinstance(sentences, str) else list(sentences)
+        texts = [sentences] if isinstance(sentences, str) else _check_texts(
+            sentences, "sentences", "a string or a list of strings")
         empty = [i for i, text in enumerate(texts) if not text.strip()]
         sources = self.vocabs.source.encode_batch(texts)
         ids = self.translate_ids([s or [EOS] for s in sources], beam_size, batch_tokens)
@@ -242,8 +258,11 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool =
     """
     import sacrebleu
 
+    hypotheses = _check_texts(hypotheses, "hypotheses", one="one sentence")
+    references = _check_texts(references, "references", one="one sentence")
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        raise ValueError(f"references must hold one sentence per hypothesis, got {len(hypotheses)} "
+                         f"hypotheses but {len(references)} references")
     metric = sacrebleu.metrics.BLEU(lowercase=lowercase)
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return score, str(metric.get_signature())
@@ -274,6 +293,11 @@ class Evaluation:
 def evaluate_bleu(
     translator: Translator, pairs: Sequence[tuple[str, str]], beam_size: int | None = None
 ) -> Evaluation:
+    """BLEU of `translator` on (source, reference) `pairs`: cased, as papers report it, and lowercased."""
+    if isinstance(translator, str) or not callable(getattr(translator, "translate", None)):
+        raise TypeError(f"translator must be a Translator (Translator.load(run_dir)), or have its "
+                        f"translate(sentences, beam_size), got {_shown(translator)}")
+    pairs = _check_pairs(pairs, roles="(source, reference)", one="one (source, reference) pair")
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     started = time.perf_counter()
     hypotheses = translator.translate(sources, beam_size=beam_size)

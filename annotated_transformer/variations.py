@@ -27,7 +27,7 @@ from . import cli
 from .data import corpus
 from .hardware import check_device
 from .model import count_parameters
-from .checkpoints import atomic_write_text
+from .files import atomic_write_text
 from annotated_transformer.tokenization import (
     cached_encode_pairs,
     encode_pairs,

@@ -30,7 +30,7 @@ import gpu_training
 from mfu import flop_fields, pair_flops, peak_tflops, step_function
 
 from annotated_transformer.acceleration import use_fast_cuda_kernels
-from annotated_transformer.checkpoints import atomic_write_text
+from annotated_transformer.files import atomic_write_text
 from annotated_transformer.model import make_model
 from annotated_transformer.regularization import LabelSmoothingLoss
 

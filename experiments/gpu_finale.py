@@ -74,9 +74,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gpu_training import command_line
 
 from annotated_transformer.attention_plots import attention_maps
-from annotated_transformer.checkpoints import atomic_write_text, checkpoint_paths, read_checkpoint
+from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
+from annotated_transformer.files import atomic_write_text
 from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from annotated_transformer.checkpoints import atomic_write_text
+from annotated_transformer.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # one CPU thread per run: many runs share the machine

@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from annotated_transformer.model import DecoderLayer, EncoderLayer, TransformerConfig
+from annotated_transformer.batching import Batch, batch_by_tokens, copy_task, make_batch
+from annotated_transformer.model import DecoderLayer, EncoderLayer, Transformer, TransformerConfig, make_model
 from annotated_transformer.multi_head_attention import MultiHeadAttention
+from annotated_transformer.training import TrainConfig, Trainer
 
 # float32 tolerance required of every comparison with PyTorch's reference implementations.
 TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -30,6 +32,42 @@ def small_config(**overrides) -> TransformerConfig:
     }
     fields.update(overrides)
     return TransformerConfig(**fields)
+
+
+def tiny_model(seed: int = 0, **overrides) -> Transformer:
+    """A model of `small_config`, initialized from `seed`."""
+    torch.manual_seed(seed)
+    return make_model(small_config(**overrides))
+
+
+def tiny_trainer(model_seed: int = 0, model_overrides: dict | None = None, **config) -> Trainer:
+    """A CPU trainer of a `tiny_model`: warmup 10, silent, no log points but the last (`config` changes)."""
+    config = {"warmup": 10, "progress": False, "log_every": 0, **config}
+    return Trainer(tiny_model(model_seed, **(model_overrides or {})), TrainConfig(**config), device="cpu")
+
+
+COPY_PAIRS = copy_task(300, vocab_size=23, min_len=2, max_len=12, seed=5)
+COPY_LENGTHS = [(len(s), len(t)) for s, t in COPY_PAIRS]
+
+
+def copy_batches(epoch: int) -> list[Batch]:
+    """One epoch of copy-task batches of about 200 tokens for a `tiny_trainer` (an `epoch_batches`)."""
+    order = batch_by_tokens(COPY_LENGTHS, max_tokens=200, seed=0, epoch=epoch)
+    return [make_batch([COPY_PAIRS[i] for i in indices]) for indices in order]
+
+
+def parameters(trainer: Trainer) -> list[Tensor]:
+    return [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def max_difference(a: list[Tensor], b: list[Tensor]) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
+def assert_identical(a: list[Tensor], b: list[Tensor]) -> None:
+    """Bit for bit the same tensors (what an exactly resumed run must give)."""
+    differing = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not torch.equal(x, y)]
+    assert not differing, f"{len(differing)} tensors differ, by up to {max_difference(a, b):.3g}"
 
 
 @torch.no_grad()

@@ -368,7 +368,7 @@ def test_divergence_before_the_first_checkpoint_lets_the_corrected_command_start
     run_dir = new_run(run, tmp_path)
     message = fails(capsys, "train", "--run-dir", run_dir, *TINY, "--lr-factor", "1e12",
                     "--checkpoint-every", "5")
-    assert "no checkpoint had been written yet" in message
+    assert "no checkpoint had been taken yet" in message
     assert f"the same command with other values starts {run_dir} again" in message
     assert main(["train", "--run-dir", str(run_dir), *TINY, "--checkpoint-every", "5"]) == 0
     assert "takes the new settings of lr_factor" in capsys.readouterr().err

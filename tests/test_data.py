@@ -510,3 +510,20 @@ def test_builtin_dative_after_mit():
                 assert noun.endswith(("n", "s")), german
             checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize(
+    ("name", "split", "message"),
+    [
+        ("builtin", ["train"], r"unknown split \['train'\] of the built-in corpus; the splits are: train"),
+        ("builtin", None, "unknown split None of the built-in corpus"),
+        ("multi30k", ["val"], r"unknown Multi30k split \['val'\]; the splits are: train, val, test_2016"),
+        (None, "train", "unknown corpus None; the corpora are: builtin, multi30k"),
+        (["builtin"], "train", r"unknown corpus \['builtin'\]"),
+    ],
+)
+def test_a_corpus_name_or_split_of_the_wrong_type_is_refused_by_name(name, split, message, tmp_path):
+    with pytest.raises(DataError, match=message) as info:
+        corpus(name, split, cache_dir=tmp_path, download=False)
+    assert "\n" not in str(info.value)
+

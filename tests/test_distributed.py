@@ -1,4 +1,4 @@
-"""Training on several processes (chapters 9 and 15): two CPU processes with the Gloo backend take
+"""Training on several processes (chapters 9, 10 and 15): two CPU processes with the Gloo backend take
 the optimizer step that one process takes on the union of their batches, rank 0 alone logs and
 writes checkpoints, and the batches of an epoch are shared out evenly among the ranks.
 
@@ -17,7 +17,7 @@ from helpers import small_config
 
 from annotated_transformer.acceleration import default_device
 from annotated_transformer.batching import TokenBatchSampler, batch_by_tokens, copy_task, make_batch
-from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
+from annotated_transformer.checkpoints import CheckpointDirectory, checkpoint_paths, read_checkpoint
 from annotated_transformer.distributed import (
     TORCHRUN_VARIABLES,
     DistributedTokenBatchSampler,
@@ -80,11 +80,11 @@ def _worker(rank: int, out: str, port: int) -> None:
             stats = trainer.train_step([make_batch(pairs) for pairs in per_rank[rank]])
             result[name] = {"parameters": parameters(trainer), "wrapped": trainer.ddp is not None,
                             "stats": [stats.loss, stats.nll, stats.n_tokens]}
-        checkpoint_dir = os.path.join(out, f"checkpoints-rank{rank}")
-        trainer = make_trainer(max_steps=FIT_STEPS, progress=True, log_every=1, checkpoint_every=1,
-                               checkpoint_dir=checkpoint_dir, keep_checkpoints=2)
+        checkpoints = CheckpointDirectory(os.path.join(out, f"checkpoints-rank{rank}"), keep=2)
+        trainer = make_trainer(max_steps=FIT_STEPS, progress=True, log_every=1, checkpoint_every=1)
         with contextlib.redirect_stdout(io.StringIO()) as printed:
-            trainer.fit(lambda epoch: fit_batches(epoch, rank, WORLD))
+            trainer.fit(lambda epoch: fit_batches(epoch, rank, WORLD),
+                        on_checkpoint=lambda: checkpoints.save(trainer))
         result["printed by fit"] = printed.getvalue()
         result["clock fit"] = _clock_fitted_run(rank, out)
         torch.save(result, os.path.join(out, f"rank{rank}.pt"))
@@ -153,7 +153,7 @@ def test_a_step_on_two_ranks_is_a_step_on_the_union_of_their_batches(ranks, scen
 def test_rank_0_alone_logs_and_writes_checkpoints(ranks):
     out, results = ranks
     written = checkpoint_paths(out / "checkpoints-rank0")
-    assert [path.name for path in written] == ["step_00000002.pt", "step_00000003.pt"]  # keep_checkpoints=2
+    assert [path.name for path in written] == ["step_00000002.pt", "step_00000003.pt"]  # keep=2
     assert not (out / "checkpoints-rank1").exists()
     # Plain parameter names (no DDP "module." prefix): the checkpoint loads into a plain model.
     checkpoint = read_checkpoint(written[-1])

@@ -1,4 +1,4 @@
-"""Faults of the machine, not of the input (chapters 9, 13, 14 and 16): a full disk while any file of
+"""Faults of the machine, not of the input (chapters 10, 13, 14 and 16): a full disk while any file of
 a run or any output is written, two trainings of one run directory, a reader of a run that is still
 training, and what the command line says of each: one line, no traceback, exit status 2.
 
@@ -23,15 +23,10 @@ import helpers
 import pytest
 import torch
 
-from annotated_transformer import checkpoints
+from annotated_transformer import files
 from annotated_transformer.__main__ import main
-from annotated_transformer.checkpoints import (
-    DiskFullError,
-    atomic_write_text,
-    checkpoint_paths,
-    read_checkpoint,
-    save_checkpoint,
-)
+from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint, save_checkpoint
+from annotated_transformer.files import DiskFullError, atomic_write_text
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.recipes import get_recipe
 from annotated_transformer.run_directory import RunInUse, run_lock
@@ -59,7 +54,7 @@ class FullDisk:
 
     def __init__(self, monkeypatch) -> None:
         self.target: str | None = None
-        monkeypatch.setattr(checkpoints, "open", self.open, raising=False)
+        monkeypatch.setattr(files, "open", self.open, raising=False)
 
     def fill(self, target: str, room: int = 100, after: int = 0, code: int = errno.ENOSPC) -> None:
         self.target, self.room, self.after, self.code = target, room, after, code

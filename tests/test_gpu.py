@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from annotated_transformer.attention import attention
+from annotated_transformer.checkpoints import CheckpointDirectory, read_checkpoint
 from annotated_transformer.layers import Dropout
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.tokenization import EncodedPairs, token_batches
@@ -211,17 +212,16 @@ def test_fp16_training_resumes_exactly_with_its_gradient_scaler(tmp_path):
     with sdpa_kernel(SDPBackend.MATH):  # the fused kernels' backward passes add in any order
         batches = token_batches(random_pairs(), 600, pin_memory=True)
 
-        def fp16(steps: int, directory: str) -> Trainer:
-            return trainer(max_steps=steps, precision="fp16", checkpoint_every=6,
-                           checkpoint_dir=str(tmp_path / directory))
+        def fp16(steps: int) -> Trainer:
+            return trainer(max_steps=steps, precision="fp16", checkpoint_every=6)
 
-        whole = fp16(12, "a")
+        whole = fp16(12)
         whole.fit(batches)
-        halves = fp16(6, "b")
-        halves.fit(batches)
-        assert halves.scaler.is_enabled()
-        resumed = fp16(12, "c")
-        resumed.resume(tmp_path / "b" / "step_00000006.pt")
+        halves, checkpoints = fp16(6), CheckpointDirectory(tmp_path / "halves")
+        halves.fit(batches, on_checkpoint=lambda: checkpoints.save(halves))
+        assert halves.scaler.is_enabled() and read_checkpoint(checkpoints.paths()[-1])["extra"]["scaler"]
+        resumed = fp16(12)
+        assert checkpoints.resume_newest(resumed)[0].name == "step_00000006.pt"
         assert resumed.scaler.state_dict() == halves.scaler.state_dict()
         resumed.fit(batches)
     torch.use_deterministic_algorithms(False)

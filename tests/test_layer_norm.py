@@ -69,7 +69,7 @@ def test_recipe_fields_reach_the_model_and_the_trainer(tmp_path):
 
     config = recipe.model_config(Vocabs())
     assert (config.d_k, config.d_v, config.positional, config.norm_position) == (8, 16, "learned", "pre")
-    train = recipe.train_config(tmp_path)
+    train = recipe.train_config()
     assert train.warmup_ramp is False and train.track_grad_norm is True
 
 

@@ -48,3 +48,11 @@ def test_the_results_page_tables_are_the_result_files():
     for row in result("gpu/bench.json")["base"]:
         assert f"{row['tokens_per_s']:,.0f}" in text, row
 
+
+
+def test_the_conclusion_gives_each_run_its_own_test_bleu():
+    text = (ROOT / "book" / "conclusion.md").read_text(encoding="utf-8")
+    cpu, gpu = result("multi30k_cpu.json"), result("gpu/final.json")
+    scores = {"CPU": cpu["test"]["average of the last 3 / beam 4"], "GPU": gpu["test"][0]["bleu"]}
+    for run, score in scores.items():
+        assert f"{score:.2f} cased BLEU" in text or f"at {score:.2f}" in text, f"the {run} run's {score:.2f}"

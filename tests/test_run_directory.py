@@ -60,7 +60,7 @@ def test_the_run_directory_knows_where_each_file_lives(tmp_path):
         "recipe.json", "run.json", "vocab.json", "model.pt")
     assert run.checkpoint_paths() == [] and run.newest_step() == 0 and run.work() == []
     run.checkpoints.mkdir(parents=True)
-    for step in (100, 5, 40):  # named as chapter 9 names them
+    for step in (100, 5, 40):  # named as chapter 10 names them
         checkpoint_path(run.checkpoints, step).write_bytes(b"")
     newest = run.checkpoint_paths()[-1]
     assert [run.step_of(path) for path in run.checkpoint_paths()] == [5, 40, 100] and run.newest_step() == 100
@@ -196,7 +196,7 @@ def test_a_damaged_hardware_file_is_written_again(copy, capsys):
 KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
-from annotated_transformer.checkpoints import atomic_save, atomic_write_text
+from annotated_transformer.files import atomic_save, atomic_write_text
 run = Path(sys.argv[1])
 os.fsync = lambda fd: time.sleep(600)  # every write stops between its temporary file and the rename
 if sys.argv[2] == "text":

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-import annotated_transformer.checkpoints as checkpoints
+import annotated_transformer.files as files
 import annotated_transformer.tokenization as tokenization
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
 from annotated_transformer.data import builtin_corpus
@@ -240,7 +240,7 @@ def test_vocabularies_kinds_shared_and_describe(word_vocabs, bpe_vocabs):
     assert word_vocabs.describe().startswith("word de->en, ")
     with pytest.raises(ValueError, match="unknown vocabulary kind"):
         build_vocabularies(PAIRS, "chars")
-    with pytest.raises(ValueError, match="no training pairs"):
+    with pytest.raises(ValueError, match="pairs must hold at least one training pair, got an empty list"):
         build_vocabularies([], "bpe")
 
 
@@ -308,14 +308,14 @@ def test_vocabularies_load_errors(tmp_path, tiny):
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
-    path = checkpoints.atomic_write_text(tmp_path / "a.json", "old")
+    path = files.atomic_write_text(tmp_path / "a.json", "old")
 
     def fail(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoints.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
-        checkpoints.atomic_write_text(path, "new")
+        files.atomic_write_text(path, "new")
     assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
 
 
@@ -333,8 +333,8 @@ def test_cached_encode_pairs_reads_the_cache(tmp_path, monkeypatch, bpe_vocabs):
     pairs = builtin_corpus("val")[:100]
     first = cached_encode_pairs(pairs, bpe_vocabs, tmp_path)
     assert first == encode_pairs(pairs, bpe_vocabs)
-    files = list(tmp_path.glob("encoded-*.pt"))
-    assert len(files) == 1 and corpus_key(pairs, bpe_vocabs) in files[0].name
+    cache_files = list(tmp_path.glob("encoded-*.pt"))
+    assert len(cache_files) == 1 and corpus_key(pairs, bpe_vocabs) in cache_files[0].name
 
     def fail(*args):
         raise AssertionError("encode_pairs called although the cache holds the result")
@@ -419,3 +419,70 @@ def test_bpe_words_never_glue_a_word_ending_in_unk_to_the_next():
     assert bpe.words(ids) == ["slow", "low", "new"]
     ids = bpe.encode(["ne!", "low"])
     assert bpe.words(ids) == ["ne", "low"]
+
+
+# --- what the functions are given -------------------------------------------------------------------
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: SpacyTokenizer("en")(None), TypeError, "text must be a string, got None"),
+        (lambda: SpacyTokenizer("en").pipe(["A dog.", None]), TypeError,
+         "texts must be a list of strings; item 2 of 2 is None"),
+        (lambda: SpacyTokenizer("en").pipe("A dog"), TypeError, "list of strings, got 'A dog'$"),
+        (lambda: build_vocabularies([*PAIRS, ("Ein Hund",)], "word"), TypeError,
+         r"pairs must be a list of \(source, target\) pairs of strings; item 4 of 4 is \('Ein Hund',\)"),
+        (lambda: build_vocabularies([("Ein Hund", None)], "word"), TypeError,
+         r"item 1 of 1 is \('Ein Hund', None\)"),
+        (lambda: build_vocabularies("Ein Hund", "word"), TypeError, "got 'Ein Hund'"),
+        (lambda: build_vocabularies({"Ein Hund": "A dog"}, "word"), TypeError, "got {'Ein Hund': 'A dog'}"),
+        (lambda: build_vocabularies(42, "word"), TypeError, "pairs must be a list of .* got 42$"),
+        (lambda: build_vocabularies(PAIRS, "bpe", vocab_size="8000"), ValueError,
+         "vocab_size must be a whole number, at least 5, got '8000'"),
+        (lambda: build_vocabularies(PAIRS, "word", min_freq=0), ValueError,
+         "min_freq must be a whole number, at least 1, got 0"),
+    ],
+)
+def test_bad_sentences_pairs_and_settings_are_refused_in_one_line(call, error, message):
+    with pytest.raises(error, match=message) as info:
+        call()
+    one_line(info)
+
+
+def test_encoders_and_encoded_pairs_check_what_they_are_given(tiny):
+    with pytest.raises(TypeError, match="text must be a string, got None") as info:
+        tiny.source.encode(None)
+    one_line(info)
+    with pytest.raises(TypeError, match="texts must be a list of strings; item 1 of 2 is 3") as info:
+        tiny.source.encode_batch([3, "Ein Hund."])
+    with pytest.raises(TypeError, match=r"pairs must be .* item 2 of 2 is \['a', 'b', 'c'\]"):
+        encode_pairs([("Ein Hund.", "A dog."), ["a", "b", "c"]], tiny)
+    with pytest.raises(TypeError, match="pairs must be a list of"):
+        corpus_key([("Ein Hund.", 1)], tiny)
+    with pytest.raises(TypeError, match="pairs must be a list of"):
+        cached_encode_pairs([("Ein Hund.", 1)], tiny, None)
+    assert len(encode_pairs([], tiny)) == 0  # no pairs is no error: nothing to encode
+
+
+def test_pairs_from_a_generator_are_read_once_and_kept():
+    """A generator of pairs can be read only once: the checks keep what they read."""
+    vocabs = build_vocabularies((pair for pair in PAIRS), "word", min_freq=1)
+    encoded = encode_pairs((pair for pair in PAIRS), vocabs)
+    assert len(encoded) == len(PAIRS) and encoded.source == encode_pairs(PAIRS, vocabs).source
+
+
+def test_a_long_bad_value_is_shown_short():
+    sentences = ["Ein Hund läuft." * 50] * 999 + [None]
+    with pytest.raises(TypeError) as info:
+        SpacyTokenizer("de").pipe(sentences)
+    assert one_line(info).endswith("item 1000 of 1000 is None")
+    with pytest.raises(TypeError) as info:
+        SpacyTokenizer("de").pipe(sentences[0])
+    assert len(one_line(info)) < 120

@@ -1,16 +1,24 @@
 """The training loop (chapter 9): gradient accumulation, the schedule, mixed precision,
-compilation, checkpoints (atomic, validated, exactly resumable) and the copy task."""
+compilation, the trainer's state (exactly resumable, in memory), divergence and the copy task.
+Checkpoint files are chapter 10's (test_checkpoints.py)."""
 
 import contextlib
+import copy
 import dataclasses
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import small_config
+from helpers import (
+    assert_identical,
+    copy_batches,
+    max_difference,
+    parameters,
+    small_config,
+    tiny_model,
+    tiny_trainer,
+)
 
 from annotated_transformer.acceleration import (
     autocast_context,
@@ -18,21 +26,7 @@ from annotated_transformer.acceleration import (
     resolve_precision,
     reuse_freed_memory,
 )
-from annotated_transformer.batching import EOS, PAD, Batch, batch_by_tokens, copy_task, make_batch
-from annotated_transformer.checkpoints import (
-    CheckpointError,
-    atomic_save,
-    atomic_write_text,
-    checkpoint_paths,
-    checkpoint_sha256,
-    load_checkpoint,
-    model_from_checkpoint,
-    read_checkpoint,
-    remove_stale_temporaries,
-    resume_newest,
-    save_checkpoint,
-    state_dict_sha256,
-)
+from annotated_transformer.batching import EOS, PAD, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
@@ -45,40 +39,6 @@ from annotated_transformer.training import (
     read_steps,
     train_copy_task,
 )
-
-
-def model(seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    return make_model(small_config(**overrides))
-
-
-def trainer(model_seed: int = 0, model_overrides: dict | None = None, **config) -> Trainer:
-    config = {"warmup": 10, "progress": False, "log_every": 0, **config}
-    return Trainer(model(model_seed, **(model_overrides or {})), TrainConfig(**config), device="cpu")
-
-
-PAIRS = copy_task(300, vocab_size=23, min_len=2, max_len=12, seed=5)
-LENGTHS = [(len(s), len(t)) for s, t in PAIRS]
-
-
-def epoch_batches(epoch: int) -> list[Batch]:
-    order = batch_by_tokens(LENGTHS, max_tokens=200, seed=0, epoch=epoch)
-    return [make_batch([PAIRS[i] for i in indices]) for indices in order]
-
-
-def parameters(trainer: Trainer) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in trainer.model.parameters()]
-
-
-def max_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
-
-
-def assert_identical(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
-    """Bit for bit the same tensors (what an exactly resumed run must give)."""
-    differing = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not torch.equal(x, y)]
-    assert not differing, f"{len(differing)} tensors differ, by up to {max_difference(a, b):.3g}"
-
 
 # --- quick mode and configuration ------------------------------------------------------------
 
@@ -111,7 +71,7 @@ def test_train_config_defaults_are_the_papers():
         ({"lr_factor": 0.0}, "lr_factor"),
         ({"clip_grad_norm": -1.0}, "clip_grad_norm"),
         ({"precision": "fp8"}, "precision"),
-        ({"checkpoint_every": 10}, "checkpoint_dir"),
+        ({"checkpoint_every": -1}, "checkpoint_every must be >= 0"),
         ({"cooldown": 1.2}, r"cooldown must lie in \[0, 1\]"),
         ({"cooldown": -0.5}, r"cooldown must lie in \[0, 1\]"),
     ],
@@ -126,7 +86,7 @@ def test_train_config_rejects_bad_values(fields, message):
 
 def test_accumulated_micro_batches_give_the_gradient_of_the_whole_batch():
     pairs = copy_task(7, vocab_size=23, min_len=1, max_len=15, seed=1)
-    whole, split = trainer(), trainer()
+    whole, split = tiny_trainer(), tiny_trainer()
     whole.train_step([make_batch(pairs)])
     split.train_step([make_batch(pairs[:2]), make_batch(pairs[2:5]), make_batch(pairs[5:])])
     grads_whole = [p.grad for p in whole.model.parameters()]
@@ -140,9 +100,9 @@ def test_per_micro_batch_means_would_give_another_gradient():
     # The control for the test above: normalizing each micro-batch by its own token count (a
     # common mistake) changes the gradient when the micro-batches hold different token counts.
     pairs = copy_task(7, vocab_size=23, min_len=1, max_len=15, seed=1)
-    reference = trainer()
+    reference = tiny_trainer()
     reference.train_step([make_batch(pairs)])
-    wrong = trainer()
+    wrong = tiny_trainer()
     wrong.model.zero_grad()
     for part in (pairs[:2], pairs[2:5], pairs[5:]):
         batch = make_batch(part)
@@ -153,16 +113,16 @@ def test_per_micro_batch_means_would_give_another_gradient():
 
 
 def test_schedule_advances_once_per_optimizer_step():
-    t = trainer(accumulate=3)
-    stats = [t.train_step(epoch_batches(0)[i : i + 3]) for i in (0, 3)]
+    t = tiny_trainer(accumulate=3)
+    stats = [t.train_step(copy_batches(0)[i : i + 3]) for i in (0, 3)]
     assert t.scheduler.last_epoch == 2 and t.step == 2
     assert [s.lr for s in stats] == [rate(1, 32, warmup=10), rate(2, 32, warmup=10)]
     assert t.optimizer.param_groups[0]["lr"] == rate(3, 32, warmup=10)
 
 
 def test_step_stats_report_tokens_loss_and_cross_entropy():
-    t = trainer(label_smoothing=0.0)
-    batches = epoch_batches(0)[:2]
+    t = tiny_trainer(label_smoothing=0.0)
+    batches = copy_batches(0)[:2]
     stats = t.train_step(batches)
     assert stats.n_tokens == sum(b.n_tokens for b in batches)
     # Without smoothing the minimized loss is the cross-entropy itself.
@@ -171,15 +131,15 @@ def test_step_stats_report_tokens_loss_and_cross_entropy():
 
 
 def test_gradient_clipping_bounds_the_norm():
-    t = trainer(clip_grad_norm=1e-3)
-    stats = t.train_step(epoch_batches(0)[:1])
+    t = tiny_trainer(clip_grad_norm=1e-3)
+    stats = t.train_step(copy_batches(0)[:1])
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in t.model.parameters()]))
     assert stats.grad_norm > 1e-3
     assert norm.item() == pytest.approx(1e-3, rel=1e-3)
 
 
 def test_empty_batches_are_refused():
-    t = trainer()
+    t = tiny_trainer()
     with pytest.raises(ValueError, match="empty batch"):
         t.train_step([])
     with pytest.raises(ValueError, match="no batches"):
@@ -187,17 +147,17 @@ def test_empty_batches_are_refused():
 
 
 def test_fit_counts_steps_and_epochs_and_stops_on_request():
-    t = trainer(max_steps=1000, accumulate=2)
-    n_batches = len(epoch_batches(0))
-    history = t.fit(epoch_batches, on_step=lambda step: step == 5)
+    t = tiny_trainer(max_steps=1000, accumulate=2)
+    n_batches = len(copy_batches(0))
+    history = t.fit(copy_batches, on_step=lambda step: step == 5)
     assert len(history) == 5 and t.step == 5
     steps_per_epoch = -(-n_batches // 2)
     assert t.epoch == 5 // steps_per_epoch
 
 
 def test_training_reduces_the_loss():
-    t = trainer(max_steps=40, warmup=10, lr_factor=0.5)
-    history = t.fit(epoch_batches)
+    t = tiny_trainer(max_steps=40, warmup=10, lr_factor=0.5)
+    history = t.fit(copy_batches)
     assert history[-1].nll < history[0].nll - 0.5
 
 
@@ -205,10 +165,10 @@ def test_training_reduces_the_loss():
 
 
 def test_bf16_autocast_trains_on_the_cpu():
-    t = trainer(precision="bf16")
+    t = tiny_trainer(precision="bf16")
     logits_dtypes = []
     t.model.generator.register_forward_hook(lambda module, args, logits: logits_dtypes.append(logits.dtype))
-    stats = t.train_step(epoch_batches(0)[:1])
+    stats = t.train_step(copy_batches(0)[:1])
     assert logits_dtypes == [torch.bfloat16]  # the step's matrix products ran in bf16
     assert torch.isfinite(torch.tensor(stats.loss))
     assert all(p.dtype == torch.float32 for p in t.model.parameters())  # master weights stay fp32
@@ -218,247 +178,121 @@ def test_fp16_needs_cuda():
     with pytest.raises(ValueError, match="CUDA"):
         autocast_context(torch.device("cpu"), "fp16")
     with pytest.raises(ValueError, match="CUDA"):
-        trainer(precision="fp16")
+        tiny_trainer(precision="fp16")
 
 
-def test_compiled_model_trains_and_checkpoints_plain_names(monkeypatch, tmp_path):
+# --- the trainer's state ---------------------------------------------------------------------------
+
+
+def test_a_state_copied_in_memory_resumes_exactly():
+    # Dropout on (the random generators matter), accumulation of 2 (the position in the epoch
+    # matters), and the state taken in the middle of the second epoch. `continued` goes on after its
+    # state was copied; `resumed`, a trainer of another initialization, loads the copy.
+    steps_per_epoch = -(-len(copy_batches(0)) // 2)
+    total, cut = steps_per_epoch + 4, steps_per_epoch + 1
+
+    def new_trainer(model_seed: int) -> Trainer:
+        return tiny_trainer(model_seed, {"dropout": 0.1}, max_steps=total, accumulate=2, seed=7)
+
+    continued = new_trainer(3)
+    continued.fit(copy_batches, on_step=lambda step: step == cut)
+    assert continued.epoch == 1 and continued.position > 0
+    state = copy.deepcopy(continued.state_dict())
+    continued.fit(copy_batches)
+    torch.manual_seed(999)  # anything the process does in between must not matter
+    resumed = new_trainer(4)
+    resumed.load_state_dict(state)
+    assert (resumed.step, resumed.epoch, resumed.position) == (cut, 1, state["position"])
+    resumed.fit(copy_batches)
+    assert resumed.step == continued.step == total
+    assert_identical(parameters(continued), parameters(resumed))
+    # The control: without the random generators' states, dropout draws other masks and the runs part.
+    state["rng"]["torch"] = torch.manual_seed(0).get_state()
+    without_rng = new_trainer(4)
+    without_rng.load_state_dict(state)
+    without_rng.fit(copy_batches)
+    assert max_difference(parameters(continued), parameters(without_rng)) > 1e-4
+
+
+def test_the_state_holds_everything_the_next_step_depends_on():
+    t = tiny_trainer(max_steps=5, clip_grad_norm=1.0)
+    t.fit(copy_batches)
+    state = t.state_dict()
+    assert set(state) == {"model", "optimizer", "scheduler", "scaler", "step", "epoch", "position", "rng",
+                          "config"}
+    assert state["model"].keys() == t.model.state_dict().keys()
+    first = next(t.model.parameters())
+    assert state["optimizer"]["state"][0]["exp_avg"] is t.optimizer.state[first]["exp_avg"]  # not a copy
+    assert state["scheduler"]["last_epoch"] == state["step"] == 5 and state["scaler"] is None  # fp32
+    assert (state["epoch"], state["position"]) == (t.epoch, t.position)
+    assert state["config"] == dataclasses.asdict(t.config) and state["config"]["clip_grad_norm"] == 1.0
+    assert {"python", "torch"} <= set(state["rng"])
+
+
+def test_a_trainer_of_a_compiled_module_gives_plain_names(monkeypatch):
+    # A user's torch.compile(model): its state_dict keys carry "_orig_mod.", which the trainer's state
+    # must not, or a plain model could not load it. The same with compile=True.
+    compiled = torch.compile(tiny_model(), backend="eager")
+    assert all(key.startswith("_orig_mod.") for key in compiled.state_dict())
+    t = Trainer(compiled, TrainConfig(warmup=10, progress=False, log_every=0), device="cpu")
+    t.train_step(copy_batches(0)[:1])
+    plain = tiny_model(seed=1)
+    plain.load_state_dict(t.state_dict()["model"])
+    assert max_difference(list(plain.parameters()), list(compiled.parameters())) == 0.0
     real_compile = torch.compile
-    # The inductor backend needs a C++ compiler and a minute; "eager" tests the same wiring.
-    def compile_eagerly(fn, **options):
+
+    def compile_eagerly(fn, **options):  # inductor needs a C++ compiler and a minute: the same wiring
         return real_compile(fn, **{**options, "backend": "eager"})
 
     monkeypatch.setattr(torch, "compile", compile_eagerly)
-    t = trainer(compile=True)
+    t = tiny_trainer(compile=True)
     assert t.forward_loss is not t._forward_loss
-    t.train_step(epoch_batches(0)[:1])
-    path = t.save_checkpoint(tmp_path / "compiled.pt")
-    assert not any("_orig_mod" in key for key in read_checkpoint(path)["model"])
+    t.train_step(copy_batches(0)[:1])
+    assert not any("_orig_mod" in key for key in t.state_dict()["model"])
 
 
-def test_a_trainer_of_a_compiled_module_checkpoints_plain_names_and_resumes(tmp_path):
-    # A user's torch.compile(model): its state_dict keys carry "_orig_mod.", which a checkpoint
-    # must not, or a plain model could not load it.
-    compiled = torch.compile(model(), backend="eager")
-    assert all(key.startswith("_orig_mod.") for key in compiled.state_dict())
-    t = Trainer(compiled, TrainConfig(warmup=10, progress=False, log_every=0), device="cpu")
-    t.train_step(epoch_batches(0)[:1])
-    path = t.save_checkpoint(tmp_path / "compiled.pt")
-    trained = [p.detach().clone() for p in compiled.parameters()]
-    plain = model(seed=1)
-    load_checkpoint(path, plain)
-    assert max_difference(list(plain.parameters()), trained) == 0.0
-    assert max_difference(list(model_from_checkpoint(path).parameters()), trained) == 0.0
-    # ... and a trainer of another compiled module resumes from it.
-    fresh = Trainer(torch.compile(model(seed=1), backend="eager"), TrainConfig(warmup=10, progress=False),
-                    device="cpu")
-    fresh.resume(path)
-    assert fresh.step == 1 and max_difference(list(fresh.model.parameters()), trained) == 0.0
-
-
-# --- checkpoints -----------------------------------------------------------------------------
-
-
-def test_checkpoint_round_trip(tmp_path):
-    t = trainer()
-    t.train_step(epoch_batches(0)[:1])
-    path = t.save_checkpoint(tmp_path / "a.pt")
-    fresh = trainer(model_seed=1)
-    fresh.resume(path)
-    assert max_difference(parameters(t), parameters(fresh)) == 0.0
-    assert fresh.step == 1 and fresh.scheduler.last_epoch == 1
-    moments = [trainer.optimizer.state_dict()["state"][0]["exp_avg"] for trainer in (t, fresh)]
-    assert moments[0].equal(moments[1])
-    rebuilt = model_from_checkpoint(path)
-    assert rebuilt.config == t.model.config
-    assert max_difference(list(rebuilt.parameters()), parameters(t)) == 0.0
-
-
-def test_the_gradient_scalers_state_is_checkpointed_and_resumed(tmp_path):
+def test_the_gradient_scalers_state_is_saved_and_loaded():
     # fp16 needs a GPU, but its gradient scaler runs on the CPU too: an enabled one stands in.
     def scale_and_tracker(t: Trainer) -> tuple[float, int]:
         state = t.scaler.state_dict()
         return state["scale"], state["_growth_tracker"]
 
     def scaled_trainer(init_scale: float) -> Trainer:
-        t = trainer(clip_grad_norm=1.0)  # clipping unscales the gradients first
+        t = tiny_trainer(clip_grad_norm=1.0)  # clipping unscales the gradients first
         t.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=3)
         assert t.scaler.is_enabled()
         return t
 
     t = scaled_trainer(2.0**10)
-    for batch in epoch_batches(0)[:4]:
+    for batch in copy_batches(0)[:4]:
         t.train_step([batch])
     # 4 finite steps: the scale grew once (after 3), and the growth tracker counts 1 since.
     assert scale_and_tracker(t) == (2.0**11, 1)
-    path = t.save_checkpoint(tmp_path / "scaled.pt")
-    assert read_checkpoint(path)["extra"]["scaler"] == t.scaler.state_dict()
+    state = copy.deepcopy(t.state_dict())
+    assert state["scaler"] == t.scaler.state_dict()
     fresh = scaled_trainer(1.0)
-    fresh.resume(path)
+    fresh.load_state_dict(state)
     assert scale_and_tracker(fresh) == (2.0**11, 1)
     for resumed in (t, fresh):  # the two go on alike: two more steps grow the scale again
-        resumed.train_step(epoch_batches(0)[4:5])
-        resumed.train_step(epoch_batches(0)[5:6])
+        resumed.train_step(copy_batches(0)[4:5])
+        resumed.train_step(copy_batches(0)[5:6])
     assert scale_and_tracker(fresh) == scale_and_tracker(t) == (2.0**12, 0)
     assert_identical(parameters(t), parameters(fresh))
 
 
-def test_checkpoints_are_loaded_with_weights_only(tmp_path, monkeypatch):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    calls = []
-    real_load = torch.load
-    monkeypatch.setattr(
-        torch, "load", lambda *args, **kwargs: calls.append(kwargs) or real_load(*args, **kwargs)
-    )
-    read_checkpoint(path)
-    assert calls and all(call.get("weights_only") is True for call in calls)
+def test_fit_calls_on_checkpoint_every_checkpoint_every_steps_after_the_log_point():
+    t = tiny_trainer(max_steps=7, checkpoint_every=3, log_every=2)
+    events = []
+    t.fit(copy_batches, on_log=lambda records: events.append(("log", records[-1].step)),
+          on_checkpoint=lambda: events.append(("checkpoint", t.step)))
+    assert events == [("log", 2), ("log", 3), ("checkpoint", 3), ("log", 4), ("log", 6), ("checkpoint", 6),
+                      ("log", 7)]
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path):
-    # Dropout on (the RNG states matter), accumulation of 2 (the position in the epoch matters),
-    # and the interruption falls in the middle of the second epoch.
-    def run(max_steps: int, resume_from: Path | None = None) -> Trainer:
-        t = trainer(model_seed=3, model_overrides={"dropout": 0.1}, max_steps=max_steps, accumulate=2, seed=7)
-        if resume_from is not None:
-            t.resume(resume_from)
-        t.fit(epoch_batches)
-        return t
-
-    steps_per_epoch = -(-len(epoch_batches(0)) // 2)
-    total, cut = steps_per_epoch + 4, steps_per_epoch + 1
-    uninterrupted = run(total)
-    first = run(cut)
-    assert first.epoch == 1 and first.position > 0
-    path = first.save_checkpoint(tmp_path / "cut.pt")
-    torch.manual_seed(999)  # anything the process does in between must not matter
-    resumed = run(total, resume_from=path)
-    assert resumed.step == uninterrupted.step == total
-    assert_identical(parameters(uninterrupted), parameters(resumed))
-    # The control: without the RNG states, dropout draws other masks and the runs part.
-    path_without_rng = tmp_path / "no_rng.pt"
-    checkpoint = torch.load(path, weights_only=True)
-    checkpoint["rng"]["torch"] = torch.manual_seed(0).get_state()
-    checkpoint["sha256"] = checkpoint_sha256(checkpoint)
-    torch.save(checkpoint, path_without_rng)
-    diverged = run(total, resume_from=path_without_rng)
-    assert max_difference(parameters(uninterrupted), parameters(diverged)) > 1e-4
-
-
-def test_periodic_checkpoints_keep_the_newest(tmp_path):
-    t = trainer(max_steps=7, checkpoint_every=2, checkpoint_dir=str(tmp_path), keep_checkpoints=2)
-    t.fit(epoch_batches)
-    assert [p.name for p in checkpoint_paths(tmp_path)] == ["step_00000004.pt", "step_00000006.pt"]
-
-
-def test_checkpoint_paths_sort_by_step(tmp_path):
-    for step in (10, 2, 100):
-        save_checkpoint(tmp_path / f"step_{step:08d}.pt", model=model(), step=step)
-    (tmp_path / "notes.txt").write_text("not a checkpoint")
-    assert [read_checkpoint(p)["step"] for p in checkpoint_paths(tmp_path)] == [2, 10, 100]
-    with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
-        checkpoint_paths(tmp_path / "missing")
-
-
-def test_text_and_checkpoints_are_written_by_one_atomic_write(tmp_path, monkeypatch):
-    # Both writers flush their temporary file and then the directory (the rename made durable).
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        synced.append("directory" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    assert atomic_write_text(tmp_path / "a.json", "ä") == tmp_path / "a.json"
-    assert atomic_save({"x": 1}, tmp_path / "b.pt") == tmp_path / "b.pt"
-    if Path("/proc/self/fd").is_dir():  # Linux: the descriptors can be told apart
-        assert synced == ["file", "directory", "file", "directory"]
-    assert (tmp_path / "a.json").read_bytes() == "ä".encode()
-    assert torch.load(tmp_path / "b.pt", weights_only=True) == {"x": 1}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.pt"]
-
-
-def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = save_checkpoint(tmp_path / "step_00000001.pt", model=model(), step=1)
-    before = path.read_bytes()
-
-    def crash(obj, file):
-        file.write(b"partial")
-        raise KeyboardInterrupt  # even an interrupt, not only an error
-
-    monkeypatch.setattr(torch, "save", crash)
-    with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(path, model=model(seed=1), step=2)
-    assert path.read_bytes() == before
-    assert os.listdir(tmp_path) == ["step_00000001.pt"]
-
-
-def test_truncated_checkpoint_is_detected(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    data = path.read_bytes()
-    for size in (0, 10, len(data) // 2, len(data) - 10):
-        path.write_bytes(data[:size])
-        with pytest.raises(CheckpointError, match="truncated or corrupt"):
-            read_checkpoint(path)
-
-
-def test_corrupted_parameters_are_detected(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    checkpoint = torch.load(path, weights_only=True)
-    checkpoint["model"]["generator.proj.weight"][0, 0] += 1.0
-    torch.save(checkpoint, path)
-    with pytest.raises(CheckpointError, match="SHA-256"):
-        read_checkpoint(path)
-
-
-def test_flipped_bytes_are_never_silently_loaded(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    data = bytearray(path.read_bytes())
-    reference = read_checkpoint(path)["model"]
-    for offset in range(1000, len(data), len(data) // 25):
-        damaged = bytearray(data)
-        damaged[offset] ^= 0xFF
-        path.write_bytes(bytes(damaged))
-        try:
-            loaded = read_checkpoint(path)["model"]
-        except CheckpointError:
-            continue
-        # A flip that reading survives must have hit bytes that do not matter (metadata padding).
-        assert all(loaded[k].equal(reference[k]) for k in reference)
-
-
-def test_other_files_are_refused_clearly(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        read_checkpoint(tmp_path / "missing.pt")
-    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
-    with pytest.raises(CheckpointError, match="not an annotated-transformer checkpoint"):
-        read_checkpoint(tmp_path / "other.pt")
-    (tmp_path / "text.pt").write_text("hello")  # never a checkpoint: not called damaged
-    with pytest.raises(CheckpointError, match="is not a checkpoint: it does not begin as the files of torch"):
-        read_checkpoint(tmp_path / "text.pt")
-
-
-def test_checkpoint_of_another_configuration_names_the_differences(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    with pytest.raises(CheckpointError) as error:
-        load_checkpoint(path, model(n_layers=3, d_ff=48))
-    message = str(error.value)
-    assert "config n_layers: checkpoint 2, model 3" in message
-    assert "missing from the checkpoint: decoder.layers.2" in message  # keys the checkpoint lacks
-    assert "feed_forward.w_1.weight: checkpoint (64, 32), model (48, 32)" in message
-    assert "TransformerConfig(**read_checkpoint(path)['config'])" in message
-
-
-def test_a_checkpoint_loads_into_a_model_differing_only_in_dropout(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    target = model(seed=1, dropout=0.3)
-    load_checkpoint(path, target)
-    assert max_difference(list(target.parameters()), list(model().parameters())) == 0.0
-
-
-def test_resuming_needs_the_optimizer_state(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=model())
-    with pytest.raises(CheckpointError, match="no optimizer state"):
-        trainer().resume(path)
+def test_a_trainer_takes_no_checkpoint_directory():
+    with pytest.raises(TypeError, match="checkpoint_dir"):
+        TrainConfig(checkpoint_every=10, checkpoint_dir="checkpoints")
+    assert "keep_checkpoints" not in {field.name for field in dataclasses.fields(TrainConfig)}
 
 
 # --- evaluation and the copy task -------------------------------------------------------------
@@ -468,7 +302,7 @@ def test_evaluate_reports_per_token_cross_entropy_and_exact_match():
     # A model (dropout on) trained a little on short copies: some held-out sentences right, some
     # wrong. The scores are checked against an independent computation in evaluation mode.
     train_pairs = copy_task(2000, vocab_size=23, min_len=1, max_len=4, seed=3)
-    t = trainer(max_steps=30, lr_factor=0.5, model_overrides={"dropout": 0.1})
+    t = tiny_trainer(max_steps=30, lr_factor=0.5, model_overrides={"dropout": 0.1})
     t.fit(lambda epoch: [make_batch(train_pairs[i : i + 50]) for i in range(0, len(train_pairs), 50)])
     m = t.model.train()
     held_out = copy_task(40, vocab_size=23, min_len=1, max_len=6, seed=9)
@@ -543,8 +377,8 @@ def test_steps_between_log_points_never_read_a_tensor(monkeypatch):
 
     real_read_steps = training.read_steps
     reads = []
-    t = trainer(max_steps=12, log_every=4, accumulate=2, track_grad_norm=True, clip_grad_norm=5.0)
-    batches = [epoch_batches(0), epoch_batches(1)]  # made outside: building data is not the step
+    t = tiny_trainer(max_steps=12, log_every=4, accumulate=2, track_grad_norm=True, clip_grad_norm=5.0)
+    batches = [copy_batches(0), copy_batches(1)]  # made outside: building data is not the step
     with host_reads_forbidden(monkeypatch) as allowed:
         def read_at_log_point(pending, **kwargs):
             allowed["now"] = True  # the log point: reading is its job
@@ -562,8 +396,8 @@ def test_steps_between_log_points_never_read_a_tensor(monkeypatch):
 
 
 def test_an_asynchronous_step_reads_nothing_and_its_statistics_match(monkeypatch):
-    a, b = trainer(track_grad_norm=True), trainer(track_grad_norm=True)
-    batches = epoch_batches(0)[:2]
+    a, b = tiny_trainer(track_grad_norm=True), tiny_trainer(track_grad_norm=True)
+    batches = copy_batches(0)[:2]
     with host_reads_forbidden(monkeypatch):
         pending = [a.train_step_async(batches[:1]), a.train_step_async(batches[1:])]
     stats = read_steps(pending)
@@ -572,18 +406,18 @@ def test_an_asynchronous_step_reads_nothing_and_its_statistics_match(monkeypatch
 
 
 def test_an_out_of_range_id_still_gets_a_clear_error_on_the_cpu():
-    m = model()
+    m = tiny_model()
     src = torch.tensor([[5, 6, 99]])
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 23\) .*got ids from 5 to 99"):
         m(src, src[:, :2], None, None)
     target = torch.tensor([[3, 30]])
     with pytest.raises(ValueError, match=r"target ids must lie in \[0, 23\)"):
-        trainer().criterion.loss_and_nll(torch.zeros(1, 2, 23), target)
+        tiny_trainer().criterion.loss_and_nll(torch.zeros(1, 2, 23), target)
 
 
 def test_non_interactive_progress_prints_plain_lines(capsys):
-    t = trainer(max_steps=6, log_every=3, progress=True)
-    t.fit(epoch_batches)
+    t = tiny_trainer(max_steps=6, log_every=3, progress=True)
+    t.fit(copy_batches)
     out = capsys.readouterr().out
     assert "\r" not in out
     assert [line.split()[:2] for line in out.splitlines()] == [["step", "3"], ["step", "6"]]
@@ -592,18 +426,24 @@ def test_non_interactive_progress_prints_plain_lines(capsys):
 # --- divergence ----------------------------------------------------------------------------------
 
 
-def test_divergence_stops_at_a_log_point_and_keeps_the_last_good_checkpoint(tmp_path):
-    t = trainer(max_steps=60, warmup=1, lr_factor=1e6, log_every=5, checkpoint_every=1,
-                checkpoint_dir=str(tmp_path), clip_grad_norm=None, track_grad_norm=True)
+def test_divergence_stops_at_a_log_point_before_a_checkpoint_and_names_the_last_one():
+    t = tiny_trainer(max_steps=60, warmup=1, lr_factor=1e6, log_every=5, checkpoint_every=1,
+                     clip_grad_norm=None, track_grad_norm=True)
+    saved = []  # the steps of the checkpoints
     with pytest.raises(TrainingDiverged) as caught:
-        t.fit(epoch_batches)
+        t.fit(copy_batches, on_checkpoint=lambda: saved.append(t.step))
     message = str(caught.value)
     step = int(message.split("at step ")[1].split(":")[0])
     assert "is nan" in message or "is inf" in message
     assert "lr_factor, now 1e+06" in message and "warmup" in message and "clip_grad_norm" in message
-    saved = checkpoint_paths(tmp_path)
-    assert saved and read_checkpoint(saved[-1])["step"] < step  # only sound checkpoints were written
-    assert saved[-1].name in message
+    assert saved == list(range(1, step))  # none at the step that diverged, nor after
+    assert f"the last checkpoint was taken at step {step - 1}, before it" in message
+
+
+def test_divergence_before_any_checkpoint_says_so():
+    t = tiny_trainer(max_steps=60, warmup=1, lr_factor=1e6, log_every=5)
+    with pytest.raises(TrainingDiverged, match="no checkpoint had been taken yet"):
+        t.fit(copy_batches)
 
 
 def test_a_non_finite_lr_factor_is_refused():
@@ -612,93 +452,18 @@ def test_a_non_finite_lr_factor_is_refused():
             TrainConfig(lr_factor=bad)
 
 
-def test_checkpoints_with_non_finite_parameters_are_refused(tmp_path):
-    m = model()
-    with torch.no_grad():
-        m.generator.proj.weight[0, 0] = float("nan")
-    path = save_checkpoint(tmp_path / "nan.pt", model=m)
-    with pytest.raises(CheckpointError, match="NaN or infinite parameters"):
-        read_checkpoint(path)
-    t = trainer()
-    t.model.load_state_dict(m.state_dict())
-    with pytest.raises(TrainingDiverged, match="parameters is NaN or infinite"):
-        t.save_checkpoint(tmp_path / "refused.pt")
-    assert not (tmp_path / "refused.pt").exists()
-
-
-# --- the whole saved state is checked ------------------------------------------------------------
-
-
-@pytest.mark.parametrize("where", ["optimizer", "rng", "extra", "scheduler", "step"])
-def test_damage_anywhere_in_the_saved_state_is_detected(tmp_path, where):
-    t = trainer()
-    t.train_step(epoch_batches(0)[:1])
-    path = t.save_checkpoint(tmp_path / "a.pt")
-    checkpoint = torch.load(path, weights_only=True)
-    if where == "optimizer":
-        checkpoint["optimizer"]["state"][0]["exp_avg"].view(-1)[0] += 1e-3
-    elif where == "rng":
-        checkpoint["rng"]["torch"][100] ^= 1
-    elif where == "extra":
-        checkpoint["extra"]["position"] += 1
-    elif where == "scheduler":
-        checkpoint["scheduler"]["last_epoch"] += 1
-    else:
-        checkpoint["step"] += 1
-    torch.save(checkpoint, path)
-    with pytest.raises(CheckpointError, match="does not match the SHA-256 digest"):
-        read_checkpoint(path)
-
-
-def test_version_1_checkpoints_are_still_read(tmp_path):
-    m = model()
-    state = {name: tensor.detach().clone() for name, tensor in m.state_dict().items()}
-    old = {"format": "annotated-transformer-checkpoint", "version": 1, "config": dataclasses.asdict(m.config),
-           "model": state, "model_sha256": state_dict_sha256(state), "optimizer": None, "scheduler": None,
-           "step": 3, "rng": {}, "extra": {}}
-    torch.save(old, tmp_path / "v1.pt")
-    assert read_checkpoint(tmp_path / "v1.pt")["step"] == 3
-    old["model"]["generator.proj.weight"][0, 0] += 1
-    torch.save(old, tmp_path / "v1.pt")
-    with pytest.raises(CheckpointError, match="SHA-256"):
-        read_checkpoint(tmp_path / "v1.pt")
-
-
-def test_resume_passes_over_a_damaged_newest_checkpoint(tmp_path):
-    t = trainer(max_steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path))
-    t.fit(epoch_batches)
-    newest = checkpoint_paths(tmp_path)[-1]
-    newest.write_bytes(newest.read_bytes()[:1000])  # a copy cut short
-    fresh = trainer(max_steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path))
-    used, passed_over = resume_newest(fresh, tmp_path)
-    assert used.name == "step_00000004.pt" and fresh.step == 4
-    assert len(passed_over) == 1 and "step_00000006.pt is truncated or corrupt" in passed_over[0]
-    (tmp_path / "empty").mkdir()
-    assert resume_newest(trainer(), tmp_path / "empty") == (None, [])
-
-
-def test_stale_temporary_files_are_removed(tmp_path):
-    (tmp_path / ".step_00000002.pt.999999.tmp").write_bytes(b"half")
-    ours = tmp_path / f".step_00000004.pt.{os.getpid()}.tmp"
-    ours.write_bytes(b"being written")
-    (tmp_path / "step_00000001.pt").write_bytes(b"kept")
-    removed = remove_stale_temporaries(tmp_path)
-    assert [p.name for p in removed] == [".step_00000002.pt.999999.tmp"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours.name, "step_00000001.pt"])
-
-
 # --- torch.compile: no graph breaks, few compilations ------------------------------------------
 
 
 def test_the_training_forward_and_loss_have_no_graph_break():
-    t = trainer()
-    explanation = torch._dynamo.explain(t._forward_loss)(*epoch_batches(0)[0].tensors())
+    t = tiny_trainer()
+    explanation = torch._dynamo.explain(t._forward_loss)(*copy_batches(0)[0].tensors())
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
 
 
 def test_a_cached_decoding_step_has_no_graph_break():
-    m = model().eval()
-    batch = epoch_batches(0)[0]
+    m = tiny_model().eval()
+    batch = copy_batches(0)[0]
     memory, cache = m.encode(batch.src, batch.src_mask), m.init_cache()
     tgt = torch.full((len(batch), 1), 1)
     with torch.no_grad():
@@ -751,7 +516,7 @@ def test_compilations_over_many_batch_shapes_are_bounded():
 
 def test_auto_precision_is_float32_on_the_cpu():
     assert resolve_precision(torch.device("cpu"), "auto") == "fp32"
-    assert trainer().precision == "fp32"
+    assert tiny_trainer().precision == "fp32"
     with pytest.raises(ValueError, match="'fp16' needs a CUDA GPU"):
         resolve_precision(torch.device("cpu"), "fp16")
 
@@ -768,9 +533,9 @@ def test_a_gpu_without_bfloat16_gets_float16_and_an_explicit_bf16_is_refused(mon
 
 
 def test_prefetching_the_next_batches_trains_exactly_the_same():
-    runs = [trainer(max_steps=9, accumulate=2, prefetch=prefetch, model_overrides={"dropout": 0.1})
+    runs = [tiny_trainer(max_steps=9, accumulate=2, prefetch=prefetch, model_overrides={"dropout": 0.1})
             for prefetch in (True, False)]
-    histories = [t.fit(epoch_batches) for t in runs]
+    histories = [t.fit(copy_batches) for t in runs]
     assert histories[0] == histories[1]
     assert max_difference(parameters(runs[0]), parameters(runs[1])) == 0.0
 
@@ -783,32 +548,32 @@ def test_freed_memory_is_kept_for_reuse_on_linux():
     assert reuse_freed_memory() == applied  # idempotent
 
 
-def test_a_cooldown_resumes_exactly_and_ends_at_a_new_max_steps(tmp_path):
-    def run(max_steps: int, stop_at: int | None = None, resume_from: Path | None = None):
-        t = trainer(model_seed=3, model_overrides={"dropout": 0.1}, max_steps=max_steps, cooldown=0.4, seed=7)
-        if resume_from is not None:
-            t.resume(resume_from)
-        history = t.fit(epoch_batches, on_step=lambda step: step == stop_at)
+def test_a_cooldown_resumes_exactly_and_ends_at_a_new_max_steps():
+    def run(max_steps: int, stop_at: int | None = None, state: dict | None = None):
+        t = tiny_trainer(3, {"dropout": 0.1}, max_steps=max_steps, cooldown=0.4, seed=7)
+        if state is not None:
+            t.load_state_dict(copy.deepcopy(state))
+        history = t.fit(copy_batches, on_step=lambda step: step == stop_at)
         return t, [s.lr for s in history]
 
     uninterrupted, lrs = run(10)  # a cooldown over the last 40% of 10 steps: 4 steps
     assert lrs == pytest.approx([rate(n, 32, warmup=10) * cooldown_factor(n, 10, 4) for n in range(1, 11)])
     first, _ = run(10, stop_at=5)
-    path = first.save_checkpoint(tmp_path / "cut.pt")
-    resumed, _ = run(10, resume_from=path)
+    state = copy.deepcopy(first.state_dict())
+    resumed, _ = run(10, state=state)
     assert_identical(parameters(uninterrupted), parameters(resumed))
     # Trained longer than planned: the cooldown moves to the new end (40% of 14 steps: 6); the steps
     # before it are the paper's rate again.
-    _, longer = run(14, resume_from=path)
+    _, longer = run(14, state=state)
     assert longer == pytest.approx([rate(n, 32, warmup=10) * cooldown_factor(n, 14, 6) for n in range(6, 15)])
     assert longer[:3] == pytest.approx([rate(n, 32, warmup=10) for n in range(6, 9)])
 
 
 def test_end_schedule_at_stops_fit_and_ends_the_cooldown_there():
-    t = trainer(model_seed=3, max_steps=20, cooldown=0.5, seed=7)
-    first = t.fit(epoch_batches, on_step=lambda step: step == 4)
+    t = tiny_trainer(model_seed=3, max_steps=20, cooldown=0.5, seed=7)
+    first = t.fit(copy_batches, on_step=lambda step: step == 4)
     t.end_schedule_at(8)  # the cooldown is now 50% of 8 steps: steps 5-8
-    rest = t.fit(epoch_batches)
+    rest = t.fit(copy_batches)
     assert [s.step for s in first + rest] == list(range(1, 9)) and t.step == t.last_step == 8
     expected = [rate(n, 32, warmup=10) * cooldown_factor(n, 8, 4) for n in range(1, 9)]
     assert [s.lr for s in first + rest] == pytest.approx(expected)

@@ -6,6 +6,7 @@ Everything trains tiny models on the built-in corpus (no network, no Multi30k).
 import dataclasses
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -21,7 +22,7 @@ from annotated_transformer.recipes import RECIPES, get_recipe
 from annotated_transformer.run_directory import RESUMABLE_FIELDS
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 from annotated_transformer.training import Trainer
-from annotated_transformer.translation import RunHistory, train_translation
+from annotated_transformer.translation import RunHistory, Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
 
 TINY = {
@@ -367,7 +368,7 @@ def test_recipes_refuse_what_training_would_refuse_later_naming_the_field(overri
 
 def test_gradient_clipping_is_a_recipe_field_passed_to_training(tmp_path):
     recipe = tiny_recipe(clip_grad_norm=0.5, max_steps=2)
-    assert recipe.train_config(tmp_path).clip_grad_norm == 0.5
+    assert recipe.train_config().clip_grad_norm == 0.5
     assert "clip_grad_norm" not in RESUMABLE_FIELDS  # it changes the optimization
     run = train_translation(recipe, tmp_path / "r", device="cpu", progress=False)
     checkpoint = read_checkpoint(checkpoint_paths(run.run_dir / "checkpoints")[-1])
@@ -428,3 +429,152 @@ def test_a_sentence_longer_than_any_in_training_is_reported_and_one_too_long_ref
     huge = " ".join(["Hund"] * (translator.model.config.max_len + 1))
     with pytest.raises(ValueError, match=r"sentence 2 has 5,00\d tokens, more than the model can read"):
         translator.translate(["Hund.", huge])
+
+
+# --- what the translator is given -----------------------------------------------------------------
+
+
+def one_line(info: pytest.ExceptionInfo) -> str:
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("method", ["translate", "translate_with_info"])
+@pytest.mark.parametrize(
+    ("sentences", "message"),
+    [
+        (None, "sentences must be a string or a list of strings, got None$"),
+        (42, "sentences must be a string or a list of strings, got 42$"),
+        (b"Ein Hund.", r"got b'Ein Hund.'$"),
+        (["Ein Hund.", None], "sentences must be a string or a list of strings; item 2 of 2 is None$"),
+        (("Ein Hund.", 7), "item 2 of 2 is 7$"),
+    ],
+)
+def test_translate_says_what_it_expected_and_what_it_got(trained, method, sentences, message):
+    translator = Translator(trained.model, trained.vocabs, device="cpu", beam_size=1)
+    with pytest.raises(TypeError, match=message) as info:
+        getattr(translator, method)(sentences)
+    one_line(info)
+
+
+def test_translate_takes_any_sequence_of_strings(trained):
+    translator = Translator(trained.model, trained.vocabs, device="cpu", beam_size=1)
+    sources = [de for de, _ in builtin_corpus("test")[:3]]
+    assert translator.translate(tuple(sources)) == translator.translate(sources)
+    assert translator.translate(s for s in sources) == translator.translate(sources)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "error", "message"),
+    [
+        ([], ValueError, r"pairs must hold at least one \(source, reference\) pair, got an empty list$"),
+        ([("Ein Hund.",)], TypeError,
+         r"pairs must be a list of \(source, reference\) pairs of strings; item 1 of 1 is \('Ein Hund.',\)$"),
+        ([("Ein Hund", "A dog"), ("Eine Katze", None)], TypeError, r"item 2 of 2 is \('Eine Katze', None\)$"),
+        ("Ein Hund.", TypeError, "got 'Ein Hund.'$"),
+        (None, TypeError, "got None$"),
+    ],
+)
+def test_evaluate_bleu_needs_source_reference_pairs(trained, pairs, error, message):
+    translator = Translator(trained.model, trained.vocabs, device="cpu", beam_size=1)
+    with pytest.raises(error, match=message) as info:
+        evaluate_bleu(translator, pairs)
+    one_line(info)
+    with pytest.raises(TypeError, match="translator must be a Translator"):
+        evaluate_bleu(trained.run_dir, [("Ein Hund.", "A dog.")])
+
+
+@pytest.mark.parametrize(
+    ("hypotheses", "references", "error", "message"),
+    [
+        (["A dog."], ["A dog.", "A cat."], ValueError,
+         "references must hold one sentence per hypothesis, got 1 hypotheses but 2 references$"),
+        ([], [], ValueError, "hypotheses must hold at least one sentence, got an empty list$"),
+        ("A dog.", "A dog.", TypeError, "hypotheses must be a list of strings, got 'A dog.'$"),
+        (["A dog."], [None], TypeError, "references must be a list of strings; item 1 of 1 is None$"),
+    ],
+)
+def test_bleu_needs_lists_of_strings_of_equal_length(hypotheses, references, error, message):
+    with pytest.raises(error, match=message) as info:
+        bleu(hypotheses, references)
+    one_line(info)
+
+
+def test_load_says_which_path_it_needed(trained, tmp_path):
+    for bad in (None, 42):
+        with pytest.raises(TypeError, match=rf"checkpoint must be the path of a run directory or a \.pt file "
+                                            rf"\(a str or Path\), got {bad}$") as info:
+            Translator.load(bad, device="cpu")
+        one_line(info)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at .*missing: give the path of a run dir"):
+        Translator.load(tmp_path / "missing", device="cpu")
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"model\.pt .* give one of its checkpoints/\*\.pt$"):
+        Translator.load(unfinished, device="cpu")
+    with pytest.raises(TypeError, match=r"vocab must be the path of a vocab\.json"):
+        Translator.load(trained.run_dir, vocab=3, device="cpu")
+    with pytest.raises(FileNotFoundError, match=r"no vocabulary file at .*nothing\.json"):
+        Translator.load(trained.run_dir, vocab=tmp_path / "nothing.json", device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        (([], 5), ValueError, r"pairs must hold at least one \(source, reference\) pair"),
+        (([("Ein Hund.",)], 5), TypeError, r"item 1 of 1 is \('Ein Hund.',\)$"),
+        (([("Ein Hund.", "A dog.")], 0), ValueError, "every must be a whole number, at least 1, got 0$"),
+        (([("Ein Hund.", "A dog.")], 2.5), ValueError, "every must be a whole number, at least 1, got 2.5$"),
+        (([("Ein Hund.", "A dog.")], True), ValueError, "got True$"),
+        (([("Ein Hund.", "A dog.")], 5, True, 0), ValueError, "batch_tokens must be a whole number"),
+    ],
+)
+def test_a_validator_checks_its_pairs_and_its_settings(arguments, error, message):
+    with pytest.raises(error, match=message) as info:
+        Validator(*arguments)
+    one_line(info)
+
+
+class FixedTranslations:
+    """A stand-in translator that gives fixed translations: BLEU is then known exactly."""
+
+    def __init__(self, translations: dict[str, str]):
+        self.translations = translations
+
+    def translate(self, sentences, beam_size=None):
+        return [self.translations[sentence] for sentence in sentences]
+
+
+def test_evaluate_bleu_counts_case_in_the_cased_score_only():
+    """Translations that differ from their references in case alone: the cased score is sacreBLEU's
+    (below 100), the lowercased one 100, so the two cannot be swapped or mixed up unnoticed."""
+    references = ["A man in a Red Shirt rides a Horse.", "Two Dogs play in the Snow near Berlin.",
+                  "The Girl in the Park reads a Book.", "Three Men sit on a Bench at the Station."]
+    hypotheses = [reference.lower() for reference in references]
+    sources = [f"Satz {i}" for i in range(len(references))]
+    translator = FixedTranslations(dict(zip(sources, hypotheses, strict=True)))
+    evaluation = evaluate_bleu(translator, list(zip(sources, references, strict=True)))
+    cased = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert 0 < cased < 90  # case matters to the cased score
+    assert evaluation.bleu == pytest.approx(cased)
+    assert evaluation.bleu_lowercase == pytest.approx(100.0)
+    assert evaluation.bleu < evaluation.bleu_lowercase
+    assert "case:mixed" in evaluation.signature and "case:lc" in evaluation.signature_lowercase
+
+
+
+def test_the_deviations_page_names_the_recipes_with_a_cooldown():
+    """`book/deviations.md` says which recipes end with a cooldown (not in the paper) and which keep
+    the paper's schedule: the recipes decide, so that a recipe changed or added cannot leave it stale."""
+    page = (Path(__file__).resolve().parent.parent / "book" / "deviations.md").read_text(encoding="utf-8")
+    schedule = next(item for item in page.split("\n- ") if item.startswith("**Schedule.**"))
+    sentences = " ".join(schedule.split()).split(". ")
+
+    def named(phrase: str) -> set[str]:
+        sentence = next(sentence for sentence in sentences if phrase in sentence)
+        return {name for name in RECIPES if f"`{name}`" in sentence}
+
+    assert named("end with a linear cooldown") == {name for name, r in RECIPES.items() if r.cooldown > 0}
+    assert named("keep the paper's schedule") == {name for name, r in RECIPES.items() if r.cooldown == 0}
+    assert all(f"cooldown={r.cooldown}" in schedule for r in RECIPES.values() if r.cooldown > 0)
