@@ -83,8 +83,10 @@ def test_batches_are_pinned_and_copied_ahead():
     batches = token_batches(random_pairs(), 600, pin_memory=CUDA)(0)
     assert batches[0].src.is_pinned() == CUDA
     t = trainer()
-    groups = list(t._groups(batches))
-    assert len(groups) == len(batches)
+    from annotated_transformer.training import _micro_batch_groups
+
+    groups = list(_micro_batch_groups(batches, 0, 1, t.device, t.prefetch))  # what fit() iterates
+    assert len(groups) == len(batches) and t.prefetch == CUDA
     assert all(b.src.device.type == torch.device(DEVICE).type for group in groups for b in group)
 
 
