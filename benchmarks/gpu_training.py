@@ -34,7 +34,6 @@ rewritten after every row, so that a run stopped early keeps the rows it finishe
 """
 
 import argparse
-import dataclasses
 import datetime
 import json
 import sys
@@ -226,9 +225,7 @@ def recipe_batches(args, recipe):
 def time_recipe(args, device: torch.device, compiled: bool, vocabs, encoded, name: str) -> dict:
     recipe = get_recipe(name, max_tokens=args.recipe_tokens) if args.recipe_tokens else get_recipe(name)
     if args.tiny:
-        recipe = dataclasses.replace(
-            get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, max_tokens=400), name=name
-        )
+        recipe = get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, max_tokens=400).replace(name=name)
     precision = args.precision or (
         "bf16" if device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
     )
@@ -239,8 +236,8 @@ def time_recipe(args, device: torch.device, compiled: bool, vocabs, encoded, nam
 
     config = TrainConfig(
         max_steps=1 + args.warmup + steps,
-        warmup=recipe.warmup,
-        lr_factor=recipe.lr_factor,
+        warmup=recipe.train.warmup,
+        lr_factor=recipe.train.lr_factor,
         precision=precision,
         progress=False,
         log_every=0,
