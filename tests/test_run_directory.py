@@ -147,27 +147,29 @@ def test_a_run_with_only_model_pt_left_keeps_its_recipe(copy):
 # --- a run written before a recipe held its two configurations ------------------------------------
 
 
-def written_before(run_dir):
+def written_before(run_dir, **decoding):
     """Make `run_dir` a run as the package wrote it before a recipe held the model's and the training's
-    configurations: its recipe.json, and the copy in every checkpoint, in the old flat format."""
-    assert Recipe.from_dict(OLD_RECIPE_JSON) == recipe()  # the recipe the run was trained with
-    (run_dir / "recipe.json").write_text(json.dumps(OLD_RECIPE_JSON, indent=1))
+    configurations: its recipe.json, and the copy in every checkpoint, in the old flat format (with
+    other `decoding` settings, which a run may change)."""
+    old = {**OLD_RECIPE_JSON, **decoding}
+    assert Recipe.from_dict(old) == recipe(**decoding)  # the recipe the run was trained with
+    (run_dir / "recipe.json").write_text(json.dumps(old, indent=1))
     for path in RunDirectory(run_dir).work():
         checkpoint = torch.load(path, weights_only=True)
-        checkpoint["extra"]["recipe"] = OLD_RECIPE_JSON
+        checkpoint["extra"]["recipe"] = old
         _write_checkpoint(path, {name: checkpoint[name] for name in _CHECKPOINT_CONTENT})
-        assert read_checkpoint(path)["extra"]["recipe"] == OLD_RECIPE_JSON
+        assert read_checkpoint(path)["extra"]["recipe"] == old
     return run_dir
 
 
 def test_a_run_written_before_translates_evaluates_and_resumes(copy, capsys):
-    written_before(copy)
+    written_before(copy, beam_size=3, alpha=1.2)
     translator = Translator.load(copy, device="cpu")  # the decoding settings of model.pt's old recipe
-    assert (translator.beam_size, translator.alpha) == (4, 0.6)
+    assert (translator.beam_size, translator.alpha) == (3, 1.2)
     assert main(["translate", str(copy), "--device", "cpu", "Der Hund schläft."]) == 0  # its recipe.json
     assert main(["evaluate", str(copy), "--device", "cpu", "--limit", "3"]) == 0
-    assert "builtin test: 3 sentences, beam 4, alpha 0.6" in capsys.readouterr().out
-    run = train(copy, max_steps=6)  # the same recipe, trained on: max_steps may change
+    assert "builtin test: 3 sentences, beam 3, alpha 1.2" in capsys.readouterr().out
+    run = train(copy, max_steps=6)  # the same recipe, trained on: max_steps (and the decoding) may change
     assert run.steps == 6 and run.history[-1]["step"] == 6
     assert json.loads((copy / "recipe.json").read_text()) == recipe(max_steps=6).to_dict()  # written anew
 
