@@ -89,13 +89,14 @@ def what_was_trained(run, start_step: int) -> list[str]:
     """What `train` did: the steps it trained (`run.steps`, not the recipe's goal), and when the
     time limit stopped it, how to go on."""
     recipe, run_dir, trained = run.recipe, run.run_dir, run.steps - start_step
+    max_steps = recipe.train.max_steps
     limit = f"--max-minutes {recipe.max_minutes}"
     spent = f"{run.minutes:.1f} minutes" if run.minutes >= 1 else f"{run.minutes * 60:.0f} seconds"
     if trained == 0 and not run.out_of_time:
         return [f"{run_dir} is already trained ({run.steps:,} steps): nothing left to do ({spent} of "
                 f"training in all)"]
     if trained == 0:
-        done = f"{run_dir} has used up its time limit ({limit}) at step {run.steps:,} of {recipe.max_steps:,}"
+        done = f"{run_dir} has used up its time limit ({limit}) at step {run.steps:,} of {max_steps:,}"
     elif start_step:
         done = f"resumed {run_dir} at step {start_step:,} and trained to step {run.steps:,}"
     else:
@@ -103,9 +104,9 @@ def what_was_trained(run, start_step: int) -> list[str]:
     lines = [f"{done} ({spent} of training in all)"]
     if run.fitted_last_step is not None and trained:
         lines.append(f"the time limit ({limit}) allowed about {run.fitted_last_step:,} of the "
-                     f"{recipe.max_steps:,} steps on this machine: the cooldown was fitted to end there")
+                     f"{max_steps:,} steps on this machine: the cooldown was fitted to end there")
     elif run.out_of_time and trained:
-        lines.append(f"the time limit ({limit}) stopped it at step {run.steps:,} of {recipe.max_steps:,}")
+        lines.append(f"the time limit ({limit}) stopped it at step {run.steps:,} of {max_steps:,}")
     if run.out_of_time and run.fitted_last_step is None:
         lines.append("to go on, run the same command with a larger --max-minutes (the limit counts the "
                      "training of every session, so the same command alone trains no further)")
@@ -176,8 +177,8 @@ def _training_warnings(args: argparse.Namespace) -> Iterator[None]:
 def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
     """What to do when the device's memory does not hold a batch of the recipe."""
     problem = f"out of GPU memory with batches of up to {recipe.max_tokens} tokens"
-    smaller = (f"--max-tokens {max(recipe.max_tokens // 2, 1)} (and --accumulate {2 * recipe.accumulate} "
-               f"to keep the batch size)")
+    smaller = (f"--max-tokens {max(recipe.max_tokens // 2, 1)} (and --accumulate "
+               f"{2 * recipe.train.accumulate} to keep the batch size)")
     if RunDirectory(run_dir).newest_step() == 0:  # no checkpoint: the run directory takes the smaller batches
         return f"{problem}: run the same command with {smaller}"
     return (f"{problem}: free the GPU's memory and run the same command, which resumes from the newest "
@@ -205,17 +206,17 @@ def _after_divergence(run_dir: Path) -> str:
     return f"the same command with other values starts {run_dir} again"
 
 # %% ../book/16_command_line.ipynb #214cca3b
-def _run_recipe(args: argparse.Namespace) -> dict:
+def _run_recipe(args: argparse.Namespace) -> Recipe | None:
     """The recipe the run of `args.checkpoint` was trained with: its recipe.json, or, when that is
-    damaged, the copy in the checkpoint (with a warning); {} when unknown."""
+    damaged, the copy in the checkpoint (with a warning); None when unknown."""
     checkpoint = args.checkpoint
     path = RunDirectory.find(checkpoint, "recipe")
     if path is None:
-        return {}
+        return None
     try:
         recipe = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(recipe, dict):
-            return recipe
+            return Recipe.from_dict(recipe)
         error = "it holds no recipe"
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as problem:
         error = problem
@@ -225,7 +226,7 @@ def _run_recipe(args: argparse.Namespace) -> dict:
         raise ValueError(f"{path} is damaged ({error}): restore it, or give --corpus and --beam-size")
     warn(args, f"{path} is damaged ({error}); using the copy of the recipe in {model} (the same train "
                f"command repairs it)")
-    return copy
+    return Recipe.from_dict(copy)
 
 
 def warn(args: argparse.Namespace, message: str) -> None:
@@ -233,7 +234,7 @@ def warn(args: argparse.Namespace, message: str) -> None:
     print(f"{args.prog}: warning: {message}", file=sys.stderr)
 
 
-def _load_translator(args: argparse.Namespace, recipe: dict) -> Translator:
+def _load_translator(args: argparse.Namespace, recipe: Recipe | None) -> Translator:
     """The model and vocabulary of a run directory or checkpoint, with the run's decoding settings."""
     path = args.checkpoint
     if not path.exists():
@@ -244,9 +245,9 @@ def _load_translator(args: argparse.Namespace, recipe: dict) -> Translator:
             f"of its checkpoints, {RunDirectory(path).checkpoints}/step_*.pt"
         )
     vocab = args.vocab or RunDirectory.vocab_of(path)  # if it is missing, Translator.load says so
-    beam_size = args.beam_size if args.beam_size is not None else recipe.get("beam_size", 4)
+    beam_size = args.beam_size if args.beam_size is not None else recipe.beam_size if recipe else 4
     return Translator.load(path, vocab=vocab, device=check_device(args.device, "--device"),
-                           beam_size=beam_size, alpha=recipe.get("alpha", 0.6))
+                           beam_size=beam_size, alpha=recipe.alpha if recipe else 0.6)
 
 # %% ../book/16_command_line.ipynb #80047add
 def _from_stdin(args: argparse.Namespace) -> bool:
@@ -306,7 +307,7 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     output = check_output(args.output, example="evaluation.json")
     recipe = _run_recipe(args)
     translator = _load_translator(args, recipe)
-    name = args.corpus or recipe.get("corpus", "builtin")
+    name = args.corpus or (recipe.corpus if recipe else "builtin")
     options = _evaluation_data(args)
     pairs = corpus(name, args.split, **options)
     if args.limit is not None:

@@ -21,7 +21,7 @@ from .variations import Variant
 def layer_norm_variants(base: Recipe, depths: Sequence[int] | None = None) -> list[Variant]:
     """Post-LN (the paper) and pre-LN, each with and without the warmup, at two depths (by default
     the base recipe's N and twice it): eight runs that differ from `base` in nothing else."""
-    depths = depths or (base.n_layers, 2 * base.n_layers)
+    depths = depths or (base.model.n_layers, 2 * base.model.n_layers)
     variants = []
     for layers in depths:
         for norm in ("post", "pre"):
@@ -100,22 +100,23 @@ def plot_layer_norm_runs(results: Sequence[dict], out_dir: str | Path, window: i
     one column per depth: post-LN in blue, pre-LN in orange, no warmup dashed."""
     import matplotlib.pyplot as plt
 
-    depths = sorted({r["recipe"]["n_layers"] for r in results})
+    recipes = [Recipe.from_dict(result["recipe"]) for result in results]
+    depths = sorted({recipe.model.n_layers for recipe in recipes})
     fig, axes = plt.subplots(2, len(depths), figsize=(5.5 * len(depths), 7), squeeze=False, sharex=True)
-    for result in results:
+    for result, recipe in zip(results, recipes, strict=True):
         history = read_history(Path(out_dir) / result["run"])
-        recipe = result["recipe"]
-        column = depths.index(recipe["n_layers"])
+        column = depths.index(recipe.model.n_layers)
+        ramp = recipe.train.warmup_ramp
         style = {
-            "color": "tab:blue" if recipe["norm_position"] == "post" else "tab:orange",
-            "linestyle": "-" if recipe["warmup_ramp"] else "--",
-            "label": result["name"].split(", N=")[0] + ("" if recipe["warmup_ramp"] else ", no warmup"),
+            "color": "tab:blue" if recipe.model.norm_position == "post" else "tab:orange",
+            "linestyle": "-" if ramp else "--",
+            "label": result["name"].split(", N=")[0] + ("" if ramp else ", no warmup"),
         }
         steps = [h["step"] for h in history]
         axes[0][column].plot(steps, smooth([h["loss"] for h in history], window), **style)
         norms = [h.get("grad_norm") or float("nan") for h in history]
         axes[1][column].plot(steps, smooth(norms, window), **style)
-        axes[0][column].set_title(f"N = {recipe['n_layers']} layers")
+        axes[0][column].set_title(f"N = {recipe.model.n_layers} layers")
     for column in range(len(depths)):
         axes[0][column].set_ylabel("training loss (label-smoothed)")
         axes[1][column].set_ylabel("gradient norm")

@@ -9,7 +9,6 @@ __all__ = ['RESUMABLE_FIELDS', 'RunDirectory', 'read_json', 'set_aside', 'note',
 
 # %% ../book/14_translation.ipynb #8eef48dc
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -149,7 +148,7 @@ def _changed_fields(saved: dict, recipe: Recipe) -> dict[str, tuple[Any, Any]]:
     """The fields outside RESUMABLE_FIELDS in which `recipe` differs from a saved recipe, by name,
     with the saved value and the new one."""
     # A field the saved recipe lacks was added to Recipe later: the run used its default.
-    saved, ours = {**dataclasses.asdict(Recipe()), **saved}, dataclasses.asdict(recipe)
+    saved, ours = Recipe.from_dict(saved).to_dict(), recipe.to_dict()
     return {k: (saved.get(k), ours[k])
             for k in sorted(ours) if saved.get(k) != ours[k] and k not in RESUMABLE_FIELDS}
 
@@ -168,7 +167,7 @@ def _check_recipe(run_dir: Path, recipe: Recipe, saved: dict | None = None, writ
             f"directory, or with the same settings to resume it"
         )
     if write:
-        atomic_write_text(path, json.dumps(dataclasses.asdict(recipe), indent=1))
+        atomic_write_text(path, json.dumps(recipe.to_dict(), indent=1))
 
 
 def _saved_recipe(run_dir: Path, has_work: bool, write: bool) -> dict | None:
@@ -221,7 +220,7 @@ def settle_recipe(run_dir: Path, recipe: Recipe, write: bool = True) -> None:
     elif saved is not None:
         _check_recipe(run_dir, recipe, saved, write=False)  # refuses a change
     if write:
-        atomic_write_text(run.recipe, json.dumps(dataclasses.asdict(recipe), indent=1))
+        atomic_write_text(run.recipe, json.dumps(recipe.to_dict(), indent=1))
 
 # %% ../book/14_translation.ipynb #e8692d96
 def load_vocabularies(run_dir: Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]) -> Vocabularies:
@@ -252,7 +251,7 @@ def load_vocabularies(run_dir: Path, recipe: Recipe, train_pairs: Sequence[tuple
 def run_fingerprint(recipe: Recipe, vocabs: Vocabularies, config: TransformerConfig) -> dict:
     """What every checkpoint of a run records about it: the recipe, and the fingerprints (SHA-256) of
     the vocabularies and the model configuration, which every reader of a checkpoint compares."""
-    return {"recipe": dataclasses.asdict(recipe), "vocab_sha256": vocabs.sha256(),
+    return {"recipe": recipe.to_dict(), "vocab_sha256": vocabs.sha256(),
             "config_sha256": config_sha256(config)}
 
 

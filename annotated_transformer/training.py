@@ -30,7 +30,7 @@ from .acceleration import reuse_freed_memory, unwrap_model, use_fast_cuda_kernel
 from .batching import PAD, Batch, batch_by_sentences, batch_by_tokens
 from .batching import copy_task, make_batch
 from .errors import Setting, SettingsMessage, field_error
-from .model import Transformer, TransformerConfig, check_choice, make_model
+from .model import Transformer, TransformerConfig, check_types, make_model
 from .optimizer import make_optimizer
 from .regularization import LabelSmoothingLoss, token_nll
 
@@ -68,6 +68,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_types(self)  # the type of every field, and the choices of `precision` (chapter 5)
         for name in ("max_steps", "accumulate", "warmup"):
             if getattr(self, name) < 1:
                 raise field_error(name, "be a positive integer", getattr(self, name))
@@ -84,9 +85,6 @@ class TrainConfig:
         if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise field_error("clip_grad_norm", "be a positive finite number", clip,
                               unset_means="no clipping")
-        check_choice("precision", self.precision, Precision)
-        if self.prefetch not in (None, True, False):
-            raise field_error("prefetch", "be True, False or None (on a GPU only)", self.prefetch)
 
     @property
     def cooldown_steps(self) -> int:

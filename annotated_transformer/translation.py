@@ -51,7 +51,7 @@ class TrainingRun:
     history: list[dict] = field(default_factory=list)
     minutes: float = 0.0  # wall time of the training steps, summed over resumed sessions
     hardware: dict = field(default_factory=dict)  # where it was trained (`describe_hardware`)
-    steps: int = 0  # optimizer steps trained so far (at most recipe.max_steps)
+    steps: int = 0  # optimizer steps trained so far (at most recipe.train.max_steps)
     out_of_time: bool = False  # True when recipe.max_minutes ended training before max_steps
     fitted_last_step: int | None = None  # where the time limit moved the end of the schedule
 
@@ -94,10 +94,10 @@ def train_translation(
             record_data_dir(run_dir, corpus_options)
         vocabs = load_vocabularies(run_dir, recipe, train_pairs)
         encoded = cached_encode_pairs(train_pairs, vocabs, files.cache)
-        epoch_batches = token_batches(encoded, recipe.max_tokens, seed=recipe.seed, rank=rank,
+        epoch_batches = token_batches(encoded, recipe.max_tokens, seed=recipe.train.seed, rank=rank,
                                       world_size=world_size, pin_memory=device.type == "cuda")
         hardware = record_hardware(run_dir, device, world_size, write)
-        torch.manual_seed(recipe.seed)
+        torch.manual_seed(recipe.train.seed)
         model = make_model(recipe.model_config(vocabs))
         trainer = Trainer(model, recipe.train_config(progress), device=device)
         checkpoints = CheckpointDirectory(files.checkpoints, keep=recipe.average_last)
@@ -107,7 +107,7 @@ def train_translation(
         clock_fit = ClockFit(trainer, recipe, extra, write)
         clock_fit.restore(resumed)
         warning = batch_warning(encoded.lengths(), recipe.max_tokens)
-        if write and warning is not None and trainer.step < recipe.max_steps:
+        if write and warning is not None and trainer.step < recipe.train.max_steps:
             warnings.warn(warning, stacklevel=2)
         history = RunHistory(files.history, trainer.step, write, resumed.get("minutes", 0.0))
         validation = (_ValidationLog(validator, run_dir, trainer, vocabs, history) if validator and write
@@ -205,13 +205,13 @@ class ClockFit:
     def last_step(self, minutes: float) -> int | None:
         """The step at which to end the schedule, if now is the moment to decide it; else None."""
         recipe, step = self.recipe, self.trainer.step
-        if recipe.max_minutes is None or recipe.cooldown == 0 or self.KEY in self.extra:
+        if recipe.max_minutes is None or recipe.train.cooldown == 0 or self.KEY in self.extra:
             return None
-        cooldown_start = recipe.max_steps - self.trainer.config.cooldown_steps  # as planned in steps
-        if step == 0 or step >= cooldown_start or minutes < (1 - recipe.cooldown) * recipe.max_minutes:
+        cooldown_start = recipe.train.max_steps - self.trainer.config.cooldown_steps  # as planned in steps
+        if step == 0 or step >= cooldown_start or minutes < (1 - recipe.train.cooldown) * recipe.max_minutes:
             return None
         allowed = round(step * recipe.max_minutes / minutes)  # at the speed so far
-        return min(recipe.max_steps, max(step, allowed))
+        return min(recipe.train.max_steps, max(step, allowed))
 
     def apply(self, last_step: int, minutes: float | None = None) -> None:
         self.trainer.end_schedule_at(last_step)
@@ -219,21 +219,21 @@ class ClockFit:
         self.extra[self.KEY] = {"last_step": last_step, "max_minutes": recipe.max_minutes}
         if minutes is not None:
             note(f"after {minutes:.1f} of {recipe.max_minutes:g} minutes, at step {self.trainer.step:,}: "
-                  f"the time allows about {last_step:,} of {recipe.max_steps:,} steps, so the cooldown (the "
-                  f"last {recipe.cooldown:.0%}) ends at step {last_step:,}", self.write)
+                  f"the time allows about {last_step:,} of {recipe.train.max_steps:,} steps, so the "
+                  f"cooldown (the last {recipe.train.cooldown:.0%}) ends at step {last_step:,}", self.write)
 
     def restore(self, resumed_extra: dict) -> None:
         """Follow the decision of the run's checkpoint, if it made one under the same time limit."""
         saved = resumed_extra.get(self.KEY)
         if isinstance(saved, dict) and saved.get("max_minutes") == self.recipe.max_minutes:
-            self.apply(min(int(saved["last_step"]), self.recipe.max_steps))
+            self.apply(min(int(saved["last_step"]), self.recipe.train.max_steps))
 
 # %% ../book/14_translation.ipynb #a5ac8eab
 def _train(
     trainer: Trainer, recipe: Recipe, history: "RunHistory", epoch_batches, world_size: int,
     clock_fit: ClockFit, save_state: Callable[[], Path], validation: "_ValidationLog | None" = None,
 ) -> bool:
-    """Train to `recipe.max_steps` or until `recipe.max_minutes`, whichever comes first (a cooldown
+    """Train to `recipe.train.max_steps` or until `recipe.max_minutes`, whichever comes first (a cooldown
     fitted to the clock: `clock_fit`), with a checkpoint (`save_state`) every `checkpoint_every`
     steps and at the end; True when the time limit ended training. `validation` scores the model at
     its steps and at the end."""
@@ -257,7 +257,7 @@ def _train(
 
     def on_log(records: list[StepStats]) -> bool:
         history.add(records)
-        if trainer.step % recipe.checkpoint_every == 0:
+        if trainer.step % recipe.train.checkpoint_every == 0:
             history.save()
         if world_size == 1:
             return False
@@ -274,8 +274,8 @@ def _train(
     stopped = out_of_time()
     if trainer.step < trainer.last_step and not stopped:
         trainer.fit(epoch_batches, on_log=on_log, on_step=on_step, on_checkpoint=save_state)
-        stopped = trainer.step < recipe.max_steps
-        if trainer.step % recipe.checkpoint_every:
+        stopped = trainer.step < recipe.train.max_steps
+        if trainer.step % recipe.train.checkpoint_every:
             save_state()
     if validation is not None:
         validation.score()  # the model as training left it (once only, if this step was scored)

@@ -28,6 +28,7 @@ from .checkpoints import read_checkpoint
 
 if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
     from annotated_transformer.hardware import check_device
+    from annotated_transformer.recipes import Recipe
     from annotated_transformer.run_directory import RunDirectory
 
 
@@ -154,8 +155,8 @@ def _read_run_model(
             f"{vocab} is not the vocabulary {checkpoint} was trained with (fingerprints differ); "
             f"use the vocab.json from the same run directory"
         )
-    recipe = data["extra"].get("recipe") or {}
-    settings = {name: recipe[name] for name in ("beam_size", "alpha") if name in recipe}
+    recipe = Recipe.from_dict(data["extra"]["recipe"]) if "recipe" in data["extra"] else None
+    settings = {} if recipe is None else {"beam_size": recipe.beam_size, "alpha": recipe.alpha}
     settings["max_source_tokens"] = data["extra"].get("longest_source")
     model = Transformer(TransformerConfig(**data["config"]))
     model.load_state_dict(data["model"])

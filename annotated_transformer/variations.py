@@ -10,7 +10,6 @@ __all__ = ['SCALES', 'CLAIMS', 'Variant', 'scaled_layers', 'table3_variants', 'S
 
 # %% ../book/18_variations.ipynb #8ca4aa3d
 import argparse
-import dataclasses
 import functools
 import json
 import math
@@ -26,14 +25,14 @@ import torch
 from . import cli
 from .data import corpus
 from .hardware import check_device
-from .model import count_parameters
+from .model import TransformerConfig, count_parameters
 from .files import atomic_write_text
 from annotated_transformer.tokenization import (
     cached_encode_pairs,
     encode_pairs,
     token_batches,
 )
-from .training import evaluate
+from .training import TrainConfig, evaluate
 from .recipes import RECIPES, Recipe
 from .run_directory import RunDirectory, load_vocabularies
 from .translator import Translator, bleu
@@ -49,17 +48,17 @@ class Variant:
 
     name: str  # how tables and figures label the run, e.g. "(A) h=1, d_k=d_v=128"
     row: str  # the group: "base", "A" ... "E" in Table 3; chapter 19 uses its own
-    changes: dict  # Recipe fields this run changes
+    changes: dict  # the recipe settings this run changes, by name (`Recipe.replace`)
     paper_change: str = ""  # the paper's version of the change, e.g. "h=1, d_k=d_v=512"
     paper: tuple[float, float, float | None] | None = None  # (PPL, BLEU, params ×10⁶) on newstest2013
 
     def recipe(self, base: Recipe) -> Recipe:
-        return dataclasses.replace(base, **self.changes)
+        return base.replace(**self.changes)
 
     def slug(self, base: Recipe) -> str:
         """A folder name made of the fields that differ from the base recipe ("base" for none):
         two experiments that train the same recipe share one run."""
-        ours, theirs = dataclasses.asdict(self.recipe(base)), dataclasses.asdict(base)
+        ours, theirs = self.recipe(base).to_dict(), base.to_dict()
         changed = sorted((k, v) for k, v in ours.items() if theirs[k] != v and k != "name")
         return "-".join(f"{k}={v}" for k, v in changed) or "base"
 
@@ -74,8 +73,8 @@ def table3_variants(base: Recipe) -> list[Variant]:
     """The rows of the paper's Table 3, scaled to `base` (the paper's base has N=6, d_model=512,
     d_ff=2048, h=8, d_k=d_v=64, P_drop=0.1, ε_ls=0.1). Heads, dropout and label smoothing keep the
     paper's values; key sizes, depths and widths keep the paper's ratios to its base."""
-    d, h, n, d_ff = base.d_model, base.n_heads, base.n_layers, base.d_ff
-    d_k = base.d_k or d // h
+    d, h, n, d_ff = base.model.d_model, base.model.n_heads, base.model.n_layers, base.model.d_ff
+    d_k = base.model.d_k or d // h
     rows = [Variant("base", "base", {}, "", (4.92, 25.8, 65))]
     # (A) the number of heads at constant computation: h × d_k stays d_model.
     for heads, paper in (
@@ -167,15 +166,9 @@ SCALES: dict[str, Scale] = {
             name="table3-quick",
             corpus="builtin",
             vocab_size=1000,
-            n_layers=3,
-            d_model=64,
-            d_ff=256,
-            n_heads=8,
+            model=TransformerConfig(n_layers=3, d_model=64, d_ff=256, n_heads=8),
+            train=TrainConfig(max_steps=24, warmup=8, lr_factor=1.0, checkpoint_every=24),
             max_tokens=800,
-            max_steps=24,
-            warmup=8,
-            lr_factor=1.0,
-            checkpoint_every=24,
             average_last=1,
         ),
         100,
@@ -188,15 +181,9 @@ SCALES: dict[str, Scale] = {
             name="table3-small",
             corpus="multi30k",
             vocab_size=8000,
-            n_layers=3,
-            d_model=128,
-            d_ff=512,
-            n_heads=8,
+            model=TransformerConfig(n_layers=3, d_model=128, d_ff=512, n_heads=8),
+            train=TrainConfig(max_steps=500, warmup=150, lr_factor=0.25, checkpoint_every=100),
             max_tokens=1000,
-            max_steps=500,
-            warmup=150,
-            lr_factor=0.25,
-            checkpoint_every=100,
             average_last=1,
         ),
         None,
@@ -212,15 +199,9 @@ SCALES: dict[str, Scale] = {
             name="table3-medium",
             corpus="multi30k",
             vocab_size=8000,
-            n_layers=6,
-            d_model=256,
-            d_ff=1024,
-            n_heads=8,
+            model=TransformerConfig(n_layers=6, d_model=256, d_ff=1024, n_heads=8),
+            train=TrainConfig(max_steps=1000, warmup=400, lr_factor=0.5, checkpoint_every=1000),
             max_tokens=6000,
-            max_steps=1000,
-            warmup=400,
-            lr_factor=0.5,
-            checkpoint_every=1000,
             average_last=1,
         ),
         None,
@@ -230,9 +211,7 @@ SCALES: dict[str, Scale] = {
     "paper": Scale(
         "paper",
         # RECIPES["base"] of chapter 14 with chapter 18's shared vocabulary and no averaging.
-        dataclasses.replace(
-            RECIPES["base"], name="table3-paper", vocab_size=8000, checkpoint_every=5000, average_last=1
-        ),
+        RECIPES["base"].replace(name="table3-paper", vocab_size=8000, checkpoint_every=5000, average_last=1),
         None,
         "the paper's base model and 100,000 steps of 25,000 tokens: for a GPU and a day",
     ),
@@ -290,11 +269,10 @@ def _run_variant(
     if result_path.exists():
         try:
             saved = json.loads(result_path.read_text(encoding="utf-8"))
-            # A field the saved recipe lacks was added to Recipe later: the run used its default.
-            saved_recipe = {**dataclasses.asdict(Recipe()), **saved.get("recipe", {})}
-            if saved_recipe == dataclasses.asdict(recipe):  # another experiment's run of it
+            # A setting the saved recipe lacks was added later: the run used its default.
+            if Recipe.from_dict(saved.get("recipe", {})) == recipe:  # another experiment's run of it
                 return {**saved, **_describe(variant)}
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, TypeError):  # json.JSONDecodeError is a ValueError
             pass  # a damaged result is scored again from the run's checkpoints
     _share_vocabulary(out_dir, run_dir)
     run = train_translation(recipe, run_dir, corpus_options=corpus_options, device=device, progress=False)
@@ -303,7 +281,7 @@ def _run_variant(
     result = {
         **_describe(variant),
         "run": run_dir.name,  # the run's directory, in the experiment's folder
-        "recipe": dataclasses.asdict(recipe),
+        "recipe": recipe.to_dict(),
         "parameters": count_parameters(run.model),
         "steps": last.get("step", 0),
         "minutes": run.minutes,

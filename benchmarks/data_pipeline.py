@@ -72,7 +72,8 @@ def run(
         encoded = cached_encode_pairs(pairs, vocabs, cache)
         encode_seconds = time.perf_counter() - started
     config = recipe.model_config(vocabs)
-    train_config = TrainConfig(warmup=recipe.warmup, lr_factor=recipe.lr_factor, progress=False, log_every=0)
+    train_config = TrainConfig(warmup=recipe.train.warmup, lr_factor=recipe.train.lr_factor, progress=False,
+                               log_every=0)
 
     ours = token_batches(encoded, max_tokens, seed=0)(0)
     torch.manual_seed(0)

@@ -48,7 +48,6 @@ measures one again; `--only missing` runs just the rows the file lists as left o
 """
 
 import argparse
-import dataclasses
 import datetime
 import functools
 import json
@@ -282,17 +281,15 @@ def time_recipe(args, device: torch.device, spec: dict, vocabs, encoded) -> dict
     name = spec["recipe"]
     recipe = get_recipe(name, max_tokens=args.recipe_tokens) if args.recipe_tokens else get_recipe(name)
     if args.tiny:
-        recipe = dataclasses.replace(
-            get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, max_tokens=400), name=name
-        )
+        recipe = get_recipe("builtin", n_layers=1, d_model=32, d_ff=64, max_tokens=400).replace(name=name)
     epoch_batches = token_batches(encoded, recipe.max_tokens, seed=0, pin_memory=device.type == "cuda")
     torch.manual_seed(0)
     model = make_model(recipe.model_config(vocabs))
     steps = args.recipe_steps
     config = TrainConfig(
         max_steps=1 + args.warmup + steps,
-        warmup=recipe.warmup,
-        lr_factor=recipe.lr_factor,
+        warmup=recipe.train.warmup,
+        lr_factor=recipe.train.lr_factor,
         precision=spec["precision"],
         progress=False,
         log_every=0,

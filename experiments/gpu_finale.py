@@ -56,7 +56,6 @@ fast_search.json, fast_seeds.json, colab.json.
 """
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
@@ -354,8 +353,7 @@ def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
         "hardware": report["hardware"],
         "candidate": best["name"],
         "side_by_side": len(args.candidates),
-        "recipe": dataclasses.asdict(dataclasses.replace(recipe, average_last=choice["averaged"],
-                                                         alpha=choice["alpha"])),
+        "recipe": recipe.replace(average_last=choice["averaged"], alpha=choice["alpha"]).to_dict(),
         "train": {k: best[k] for k in ("parameters", "steps", "minutes", "steps_per_s", "target_tokens_per_s",
                                        "epochs", "fitted_last_step")},
         "val_beam": choice["val_beam"],
@@ -460,7 +458,7 @@ def table3_plan(args: argparse.Namespace) -> tuple:
     """The scale and the runs of stage table3: the base for twice the steps first (the longest run),
     then the experiments' rows; a run two experiments share (the same recipe) once."""
     scale = SCALES["quick" if args.tiny else args.scale]
-    steps, every = scale.base.max_steps, scale.base.checkpoint_every
+    steps, every = scale.base.train.max_steps, scale.base.train.checkpoint_every
     doubled = Variant("base, twice the steps", "base×2",
                       {"max_steps": 2 * steps, "checkpoint_every": 2 * every})
     variants = [doubled, *table3_variants(scale.base)]
@@ -508,7 +506,7 @@ def table3(args: argparse.Namespace) -> int:
         "hardware": rows[0]["hardware"] if rows else None,
         "command": command_line("experiments/gpu_finale.py", args.argv),
         "date": datetime.date.today().isoformat(),
-        "scale": {"name": scale.name, "about": scale.about, "recipe": dataclasses.asdict(scale.base)},
+        "scale": {"name": scale.name, "about": scale.about, "recipe": scale.base.to_dict()},
         "workers": args.workers,
         "wall_minutes": round((time.monotonic() - started) / 60, 2),
         "exit_status": status,

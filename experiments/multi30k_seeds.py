@@ -14,7 +14,6 @@ finished one only scored again). The summary goes to annotated_transformer/resul
 """
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -31,7 +30,7 @@ COMMITTED_SCORE = "average of the last 3 / beam 4"
 def seed_run(seed: int, args: argparse.Namespace) -> dict:
     """Train (or resume) one seed's run, then score its averaged model on val and test."""
     base = get_recipe(args.config)
-    recipe = dataclasses.replace(base, seed=seed, max_steps=args.max_steps, max_minutes=None)
+    recipe = base.replace(seed=seed, max_steps=args.max_steps, max_minutes=None)
     options = {"root": args.data_dir} if args.data_dir else {}
     run = train_translation(recipe, args.runs_dir / f"seed{seed}", corpus_options=options,
                             progress=not args.quiet)

@@ -154,3 +154,17 @@ def fails(capsys, main, *argv) -> str:
     error = capsys.readouterr().err.strip()
     assert "Traceback" not in error, error
     return error
+
+
+# The recipe.json of the tests' tiny recipe (`get_recipe("builtin", n_layers=1, d_model=32, ...)`) as
+# the package wrote it before a recipe held the model's and the training's configurations: one flat
+# dict, `decoder_layers` for n_decoder_layers, and no attention_dropout, ffn_dropout, max_len or
+# layer_norm_eps (the runs of then used their defaults).
+OLD_RECIPE_JSON = {
+    "name": "builtin", "corpus": "builtin", "vocab": "bpe", "vocab_size": 300, "min_freq": 2, "n_layers": 1,
+    "decoder_layers": None, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": None, "d_v": None, "dropout": 0.1,
+    "positional": "sinusoidal", "norm_position": "post", "max_tokens": 600, "accumulate": 1, "max_steps": 4,
+    "warmup": 10, "warmup_ramp": True, "lr_factor": 0.5, "cooldown": 0.0, "label_smoothing": 0.1,
+    "clip_grad_norm": None, "checkpoint_every": 2, "average_last": 2, "beam_size": 4, "alpha": 0.6,
+    "precision": "auto", "compile": False, "seed": 0, "max_minutes": None,
+}

@@ -22,7 +22,7 @@ from annotated_transformer.cli import what_was_trained
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.recipe_options import option_name
-from annotated_transformer.recipes import Recipe
+from annotated_transformer.recipes import get_recipe, recipe_settings
 from annotated_transformer.tokenization import build_vocabularies
 from annotated_transformer.training import Trainer
 
@@ -244,9 +244,9 @@ def test_help_of_each_command(capsys, command, options):
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     if command == "train":
-        fields = [field.name for field in dataclasses.fields(Recipe) if field.name != "name"]
-        options = options + [option_name(name) for name in fields]
-        assert "--layers" in options and "--heads" in options and "--max-steps" in options
+        settings = [name for name in recipe_settings() if name != "name"]
+        options = options + [option_name(name) for name in settings]
+        assert {"--layers", "--heads", "--decoder-layers", "--max-steps", "--ffn-dropout"} <= set(options)
     for option in options:
         assert option in help_text, option
 
@@ -263,8 +263,9 @@ def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
          "--norm-position", "pre", "--no-warmup-ramp"]
     )
     recipe = recipe_from_args(args)
-    assert (recipe.max_minutes, recipe.d_k, recipe.d_v) == (2.5, 16, 8)
-    assert (recipe.positional, recipe.norm_position, recipe.warmup_ramp) == ("learned", "pre", False)
+    assert (recipe.max_minutes, recipe.model.d_k, recipe.model.d_v) == (2.5, 16, 8)
+    model, train = recipe.model, recipe.train
+    assert (model.positional, model.norm_position, train.warmup_ramp) == ("learned", "pre", False)
 
 
 def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
@@ -280,10 +281,49 @@ def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
     assert "--decoder-layers" in message and "got 0" in message
 
 
+# Every setting of a recipe and its option, with a value other than the builtin recipe's: the options
+# keep their names (N and h of Table 3 as --layers and --heads), and each reaches its part.
+EVERY_OPTION = {
+    "corpus": ("--corpus", "multi30k"), "vocab": ("--vocab", "word"), "vocab_size": ("--vocab-size", 500),
+    "min_freq": ("--min-freq", 3), "n_layers": ("--layers", 3), "n_decoder_layers": ("--decoder-layers", 1),
+    "d_model": ("--d-model", 256), "d_ff": ("--d-ff", 256), "n_heads": ("--heads", 8), "d_k": ("--d-k", 16),
+    "d_v": ("--d-v", 8), "dropout": ("--dropout", 0.2), "attention_dropout": ("--attention-dropout", 0.1),
+    "ffn_dropout": ("--ffn-dropout", 0.05), "max_len": ("--max-len", 600),
+    "positional": ("--positional", "learned"), "norm_position": ("--norm-position", "pre"),
+    "layer_norm_eps": ("--layer-norm-eps", 1e-5), "max_steps": ("--max-steps", 7),
+    "accumulate": ("--accumulate", 2), "warmup": ("--warmup", 20), "warmup_ramp": ("--no-warmup-ramp", False),
+    "lr_factor": ("--lr-factor", 0.7), "cooldown": ("--cooldown", 0.3),
+    "label_smoothing": ("--label-smoothing", 0.2), "clip_grad_norm": ("--clip-grad-norm", 1.5),
+    "precision": ("--precision", "fp32"), "compile": ("--compile", True),
+    "checkpoint_every": ("--checkpoint-every", 7), "seed": ("--seed", 3), "max_tokens": ("--max-tokens", 800),
+    "max_minutes": ("--max-minutes", 2.5),
+    "average_last": ("--average-last", 3), "beam_size": ("--beam-size", 2), "alpha": ("--alpha", 1.0),
+}
+
+
+def test_every_setting_of_a_recipe_is_an_option_of_train():
+    from annotated_transformer.cli import build_parser
+    from annotated_transformer.recipe_options import recipe_from_args
+
+    assert set(EVERY_OPTION) == set(recipe_settings()) - {"name"}
+    argv = ["train"]
+    for name, (option, value) in EVERY_OPTION.items():
+        assert option.replace("--no-", "--") == option_name(name), name
+        argv += [option] if isinstance(value, bool) else [option, str(value)]
+    recipe = recipe_from_args(build_parser().parse_args(argv))
+    settings, builtin = recipe.to_dict(), get_recipe("builtin").to_dict()
+    for name, (_, value) in EVERY_OPTION.items():
+        assert settings[name] == value != builtin[name], name
+    assert recipe.model.attention_dropout == 0.1 and recipe.train.accumulate == 2 and recipe.max_tokens == 800
+
+
 def test_bad_values_of_new_fields_name_the_option(tmp_path, capsys):
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--d-k", "0")
     assert message.endswith("--d-k must be a positive integer, got 0; leaving out --d-k means "
                             "d_model / n_heads")
+    message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--attention-dropout", "1.5")
+    assert message.endswith("--attention-dropout must lie in [0, 1), got 1.5")
+    assert not (tmp_path / "x").exists()
     with pytest.raises(SystemExit):
         main(["train", "--positional", "rotary"])
     assert "invalid choice: 'rotary'" in capsys.readouterr().err
@@ -493,7 +533,7 @@ def test_a_time_limit_reports_the_steps_trained_and_how_to_go_on(run, tmp_path, 
 
 
 def test_a_cooldown_fitted_to_the_clock_is_reported_as_such(tmp_path):
-    recipe = Recipe(max_steps=2650, max_minutes=30.0, cooldown=0.32)
+    recipe = get_recipe("builtin", max_steps=2650, max_minutes=30.0, cooldown=0.32)
     run = dataclasses.make_dataclass("Run", ["recipe", "run_dir", "steps", "minutes", "out_of_time",
                                              "fitted_last_step"])(recipe, tmp_path, 1998, 30.0, True, 1998)
     lines = what_was_trained(run, 0)

@@ -2,7 +2,6 @@
 schedule without warmup (chapter 7), the gradient norm of every step (chapter 9), and the new
 recipe fields (chapter 14)."""
 
-import dataclasses
 import json
 import math
 
@@ -56,8 +55,8 @@ def test_trainer_without_ramp_uses_the_peak_rate_at_step_one():
 
 
 def test_recipe_fields_reach_the_model_and_the_trainer(tmp_path):
-    recipe = dataclasses.replace(RECIPES["builtin"], d_k=8, d_v=16, positional="learned", norm_position="pre",
-                                 warmup_ramp=False)
+    recipe = RECIPES["builtin"].replace(d_k=8, d_v=16, positional="learned", norm_position="pre",
+                                        warmup_ramp=False)
 
     class Vocab:  # the two sizes model_config reads
         def __init__(self, n):
@@ -80,18 +79,18 @@ def test_recipe_fields_reach_the_model_and_the_trainer(tmp_path):
 )
 def test_bad_new_recipe_fields_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
-        dataclasses.replace(RECIPES["builtin"], **changes)
+        RECIPES["builtin"].replace(**changes)
 
 
 def test_a_run_saved_before_the_new_fields_existed_still_resumes(tmp_path):
     recipe = RECIPES["builtin"]
-    old = dataclasses.asdict(recipe)
-    for name in ("d_k", "d_v", "positional", "norm_position", "warmup_ramp"):
+    old = recipe.to_dict()
+    for name in ("d_k", "d_v", "positional", "norm_position", "warmup_ramp", "attention_dropout"):
         del old[name]
     (tmp_path / "recipe.json").write_text(json.dumps(old))
     _check_recipe(tmp_path, recipe)  # the defaults are what that run used: no error
     with pytest.raises(ValueError, match="norm_position"):
-        _check_recipe(tmp_path, dataclasses.replace(recipe, norm_position="pre"))
+        _check_recipe(tmp_path, recipe.replace(norm_position="pre"))
 
 
 def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():
@@ -99,14 +98,14 @@ def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():
     variants = layer_norm_variants(base)
     assert len(variants) == 8
     recipes = [v.recipe(base) for v in variants]
-    assert {(r.n_layers, r.norm_position, r.warmup_ramp) for r in recipes} == {
+    assert {(r.model.n_layers, r.model.norm_position, r.train.warmup_ramp) for r in recipes} == {
         (n, norm, ramp) for n in (3, 6) for norm in ("post", "pre") for ramp in (True, False)
     }
     for recipe in recipes:
-        assert dataclasses.replace(recipe, n_layers=3, norm_position="post", warmup_ramp=True) == base
+        assert recipe.replace(n_layers=3, norm_position="post", warmup_ramp=True) == base
     assert variants[0].slug(base) == "base"  # the paper's setting is chapter 18's base run
     assert len({v.slug(base) for v in variants}) == 8
-    assert {r.n_layers for r in (v.recipe(base) for v in layer_norm_variants(base, (2, 4)))} == {2, 4}
+    assert {r.model.n_layers for r in (v.recipe(base) for v in layer_norm_variants(base, (2, 4)))} == {2, 4}
 
 
 def test_smooth_is_a_running_mean():

@@ -4,9 +4,9 @@ at its start, a vocabulary that is not the run's. Nothing is lost that the check
 Everything trains tiny models on the built-in corpus (no network, no Multi30k).
 """
 
-import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,16 +15,20 @@ import time
 
 import pytest
 import torch
+from helpers import OLD_RECIPE_JSON
 
 from annotated_transformer.checkpoints import (
+    _CHECKPOINT_CONTENT,
     CheckpointError,
+    _write_checkpoint,
     checkpoint_path,
     checkpoint_paths,
     read_checkpoint,
 )
+from annotated_transformer.cli import main
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import config_sha256
-from annotated_transformer.recipes import get_recipe
+from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
 from annotated_transformer.training import evaluate
@@ -122,7 +126,7 @@ def test_a_run_without_checkpoints_takes_a_new_recipe_and_builds_a_new_vocabular
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     failed = recipe(vocab_size=200, max_steps=1, checkpoint_every=5, dropout=0.3)  # failed at its start
-    (run_dir / "recipe.json").write_text(json.dumps(dataclasses.asdict(failed)))
+    (run_dir / "recipe.json").write_text(json.dumps(failed.to_dict()))
     first = train(run_dir, vocab_size=200, max_steps=1, checkpoint_every=5)
     note = capsys.readouterr().err
     assert note.endswith("holds no checkpoint yet, so it takes the new settings of dropout\n")
@@ -138,6 +142,54 @@ def test_a_run_with_only_model_pt_left_keeps_its_recipe(copy):
     shutil.rmtree(copy / "checkpoints")
     with pytest.raises(ValueError, match="holds a run of another configuration"):
         train(copy, dropout=0.2)
+
+
+# --- a run written before a recipe held its two configurations ------------------------------------
+
+
+def written_before(run_dir, **decoding):
+    """Make `run_dir` a run as the package wrote it before a recipe held the model's and the training's
+    configurations: its recipe.json, and the copy in every checkpoint, in the old flat format (with
+    other `decoding` settings, which a run may change)."""
+    old = {**OLD_RECIPE_JSON, **decoding}
+    assert Recipe.from_dict(old) == recipe(**decoding)  # the recipe the run was trained with
+    (run_dir / "recipe.json").write_text(json.dumps(old, indent=1))
+    for path in RunDirectory(run_dir).work():
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["extra"]["recipe"] = old
+        _write_checkpoint(path, {name: checkpoint[name] for name in _CHECKPOINT_CONTENT})
+        assert read_checkpoint(path)["extra"]["recipe"] == old
+    return run_dir
+
+
+def test_a_run_written_before_translates_evaluates_and_resumes(copy, capsys):
+    written_before(copy, beam_size=3, alpha=1.2)
+    translator = Translator.load(copy, device="cpu")  # the decoding settings of model.pt's old recipe
+    assert (translator.beam_size, translator.alpha) == (3, 1.2)
+    assert main(["translate", str(copy), "--device", "cpu", "Der Hund schläft."]) == 0  # its recipe.json
+    assert main(["evaluate", str(copy), "--device", "cpu", "--limit", "3"]) == 0
+    assert "builtin test: 3 sentences, beam 3, alpha 1.2" in capsys.readouterr().out
+    run = train(copy, max_steps=6)  # the same recipe, trained on: max_steps (and the decoding) may change
+    assert run.steps == 6 and run.history[-1]["step"] == 6
+    assert json.loads((copy / "recipe.json").read_text()) == recipe(max_steps=6).to_dict()  # written anew
+
+
+def test_a_run_written_before_restores_its_recipe_json_from_an_old_checkpoint(copy, capsys):
+    (written_before(copy) / "recipe.json").write_text("{")
+    assert train(copy, max_steps=6).steps == 6
+    assert "restored it from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("change", "difference"),
+    [({"dropout": 0.2}, "dropout: 0.1 -> 0.2"), ({"n_decoder_layers": 2}, "n_decoder_layers: None -> 2"),
+     ({"attention_dropout": 0.1}, "attention_dropout: 0.0 -> 0.1")],  # not in the old file: its default
+)
+def test_a_run_written_before_refuses_another_configuration(copy, change, difference):
+    written_before(copy)
+    refused = rf"holds a run of another configuration \({re.escape(difference)}\)"
+    with pytest.raises(ValueError, match=refused):
+        train(copy, max_steps=6, **change)
 
 
 # --- damaged side files ----------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 
 from annotated_transformer import variations
 from annotated_transformer.model import TransformerConfig, config_parameter_count
-from annotated_transformer.recipes import Recipe
+from annotated_transformer.recipes import Recipe, get_recipe
+from annotated_transformer.training import TrainConfig
 from annotated_transformer.variations import (
     SCALES,
     Scale,
@@ -19,7 +20,7 @@ from annotated_transformer.variations import (
     table3_variants,
 )
 
-PAPER_BASE = Recipe(n_layers=6, d_model=512, d_ff=2048, n_heads=8)
+PAPER_BASE = get_recipe("base")  # N=6, d_model=512, d_ff=2048, h=8
 
 # A scale small enough for tests: the generated corpus, a 1-layer model, 3 steps, 8 sentences.
 TINY = Scale(
@@ -28,14 +29,9 @@ TINY = Scale(
         name="tiny",
         corpus="builtin",
         vocab_size=300,
-        n_layers=1,
-        d_model=32,
-        d_ff=64,
-        n_heads=4,
+        model=TransformerConfig(n_layers=1, d_model=32, d_ff=64, n_heads=4),
+        train=TrainConfig(max_steps=3, warmup=2, lr_factor=0.5, checkpoint_every=3),
         max_tokens=400,
-        max_steps=3,
-        warmup=2,
-        checkpoint_every=3,
         average_last=1,
         beam_size=2,
     ),
@@ -61,17 +57,7 @@ def experiment_dir(prepared, path):
 
 
 def config_of(recipe: Recipe, vocab_size: int = 37000) -> TransformerConfig:
-    return TransformerConfig(
-        src_vocab_size=vocab_size,
-        tgt_vocab_size=vocab_size,
-        n_layers=recipe.n_layers,
-        d_model=recipe.d_model,
-        d_ff=recipe.d_ff,
-        n_heads=recipe.n_heads,
-        d_k=recipe.d_k,
-        d_v=recipe.d_v,
-        positional=recipe.positional,
-    )
+    return dataclasses.replace(recipe.model, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
 
 
 def test_the_rows_scaled_to_the_papers_base_are_the_papers_rows():
@@ -81,11 +67,13 @@ def test_the_rows_scaled_to_the_papers_base_are_the_papers_rows():
     for variant in variants:
         if variant.row in ("A", "B") or variant.name.startswith(("(C) N=", "(C) d_ff")):
             assert variant.name.split(") ", 1)[1] == variant.paper_change
-    by_change = {v.paper_change: v.recipe(PAPER_BASE) for v in variants}
+    by_change = {v.paper_change: v.recipe(PAPER_BASE).model for v in variants}
     assert (by_change["h=1, d_k=d_v=512"].n_heads, by_change["h=1, d_k=d_v=512"].d_k) == (1, 512)
     assert (by_change["d_k=16"].d_k, by_change["d_k=16"].d_v) == (16, 64)
     assert [by_change[f"N={n}"].n_layers for n in (2, 4, 8)] == [2, 4, 8]
     assert by_change["d_model=1024, d_k=d_v=128"].d_model == 1024
+    # Rows A to C change the model's configuration alone; the training is the base's.
+    assert all(v.recipe(PAPER_BASE).train == PAPER_BASE.train for v in variants if v.row in ("A", "B", "C"))
 
 
 def test_parameter_differences_of_the_papers_rows_match_table_3():
@@ -111,10 +99,10 @@ def test_every_scale_gives_valid_recipes_with_distinct_runs(scale):
     slugs = [v.slug(base) for v in variants]
     assert len(set(slugs)) == len(slugs) and slugs[0] == "base"
     for variant in variants:
-        recipe = variant.recipe(base)  # Recipe validates itself, head sizes included
-        assert recipe.d_model % recipe.n_heads == 0 or recipe.d_k is not None
-    small = {v.paper_change: v.recipe(base) for v in variants}
-    assert small["N=2"].n_layers < small["N=4"].n_layers < base.n_layers < small["N=8"].n_layers
+        model = variant.recipe(base).model  # its TransformerConfig checks itself, head sizes included
+        assert model.d_model % model.n_heads == 0 or model.d_k is not None
+    small = {v.paper_change: v.recipe(base).model for v in variants}
+    assert small["N=2"].n_layers < small["N=4"].n_layers < base.model.n_layers < small["N=8"].n_layers
 
 
 def test_the_depth_of_row_c_scales_with_the_base():
@@ -208,7 +196,7 @@ def test_another_recipe_in_the_same_folder_is_trained_not_read_back(prepared, tm
     tmp_path = experiment_dir(prepared, tmp_path / "experiment")
     variants = table3_variants(TINY.base)[:1]
     run_variants(variants, TINY, tmp_path, log=None)
-    longer = dataclasses.replace(TINY, base=dataclasses.replace(TINY.base, max_steps=4))
+    longer = dataclasses.replace(TINY, base=TINY.base.replace(max_steps=4))
     result = run_variants(variants, longer, tmp_path, log=None)[0]
     assert result["steps"] == 4
 
@@ -233,7 +221,8 @@ def test_a_result_saved_before_a_recipe_field_existed_is_read_back(prepared, tmp
     first = run_variants(variants, TINY, tmp_path, log=None)[0]
     result_path = tmp_path / first["run"] / "result.json"
     saved = json.loads(result_path.read_text())
-    del saved["recipe"]["clip_grad_norm"]  # as written before Recipe had the field (default None)
+    del saved["recipe"]["attention_dropout"]  # as written before a recipe could set it (default 0.0)
+    saved["recipe"]["decoder_layers"] = saved["recipe"].pop("n_decoder_layers")  # and its old name
     result_path.write_text(json.dumps(saved))
     monkeypatch.setattr(variations, "train_translation", lambda *args, **kwargs: pytest.fail("trained again"))
     assert run_variants(variants, TINY, tmp_path, log=None)[0]["val_ppl"] == first["val_ppl"]
