@@ -4,6 +4,7 @@ the last 3 checkpoints), then the mean and standard deviation of the three runs.
 
     python experiments/multi30k_seeds.py --data-dir DIR              # seeds 1 and 2, then the summary
     python experiments/multi30k_seeds.py --data-dir DIR --seeds 3    # another seed
+    python experiments/multi30k_seeds.py --data-dir DIR --decoding   # the decoding choices, per seed
     python experiments/multi30k_seeds.py --tiny                      # the built-in corpus, seconds
 
 Seed 0 is the committed run of chapter 13 (`multi30k_cpu.json`). Its 30-minute time limit fitted
@@ -11,6 +12,10 @@ its cooldown to the clock, ending the schedule at step 9,224; the other seeds tr
 schedule by steps (`--max-steps 9224`, no time limit), so that the runs differ in their seed only,
 not in how busy the machine was while they trained. A run directory that is there is resumed (a
 finished one only scored again). The summary goes to annotated_transformer/results/multi30k_seeds.json.
+
+`--decoding` adds, for each trained seed, the validation BLEU of the recipe's two decoding choices
+and their alternatives (the average of the last 3 checkpoints or the last one alone; α 1.4 or the
+paper's 0.6), so that a choice is judged on several models rather than one.
 """
 
 import argparse
@@ -20,6 +25,7 @@ import sys
 from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
+from annotated_transformer.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "annotated_transformer" / "results"
@@ -47,6 +53,27 @@ def seed_run(seed: int, args: argparse.Namespace) -> dict:
         "signature": scores["test"].signature,
         "source": f"experiments/multi30k_seeds.py, run directory seed{seed}",
     }
+
+
+DECODINGS = {  # name: (checkpoint of the run to decode with, alpha)
+    "average of the last 3, alpha 1.4": (None, 1.4),
+    "average of the last 3, alpha 0.6": (None, 0.6),
+    "last checkpoint, alpha 1.4": ("last", 1.4),
+    "last checkpoint, alpha 0.6": ("last", 0.6),
+}
+
+
+def decoding_choices(seed: int, args: argparse.Namespace) -> dict:
+    """Validation BLEU (beam 4) of a trained seed's run under each of DECODINGS."""
+    run_dir = args.runs_dir / f"seed{seed}"
+    options = {"root": args.data_dir} if args.data_dir else {}
+    pairs = corpus(get_recipe(args.config).corpus, "val", **options)
+    last = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
+    scores = {}
+    for name, (checkpoint, alpha) in DECODINGS.items():
+        translator = Translator.load(last if checkpoint == "last" else run_dir, alpha=alpha)
+        scores[name] = round(evaluate_bleu(translator, pairs).bleu, 2)
+    return {"seed": seed, "val": scores}
 
 
 def committed_run() -> dict:
@@ -79,13 +106,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=RESULTS / "multi30k_seeds.json")
     parser.add_argument("--tiny", action="store_true",
                         help="the built-in corpus for a few steps, without seed 0 (a smoke test)")
+    parser.add_argument("--decoding", action="store_true",
+                        help="score the decoding choices of the trained seeds into the result file")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     args.config = "builtin" if args.tiny else "multi30k"
     if args.tiny:
         args.max_steps = min(args.max_steps, 20)
-    rows = ([] if args.tiny else [committed_run()]) + [seed_run(seed, args) for seed in args.seeds]
     command = "python experiments/multi30k_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.decoding:
+        result = json.loads(args.out.read_text(encoding="utf-8"))
+        result["decoding"] = [decoding_choices(seed, args) for seed in args.seeds]
+        result["decoding_command"] = command.strip()
+        _write(result, args.out)
+        print(json.dumps(result["decoding"], indent=1))
+        return result
+    rows = ([] if args.tiny else [committed_run()]) + [seed_run(seed, args) for seed in args.seeds]
     result = {
         "recipe": args.config,
         "schedule": f"{args.max_steps:,} steps (seed 0: fitted by its 30-minute clock; others by steps)",
@@ -94,12 +130,14 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": rows,
         "summary": summary(rows),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(".tmp")
-    temporary.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(args.out)
+    _write(result, args.out)
     print(json.dumps(result["summary"], indent=1))
     return result
+
+
+def _write(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":
