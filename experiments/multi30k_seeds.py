@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
+from annotated_transformer.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "annotated_transformer" / "results"
@@ -95,10 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": rows,
         "summary": summary(rows),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(".tmp")
-    temporary.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(args.out)
+    atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
     return result
 

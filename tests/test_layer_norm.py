@@ -15,7 +15,7 @@ from annotated_transformer.layer_norm import layer_gradient_norms, layer_norm_va
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer, rate
 from annotated_transformer.recipes import RECIPES
-from annotated_transformer.run_directory import _check_recipe
+from annotated_transformer.run_directory import settle_recipe
 from annotated_transformer.training import TrainConfig, Trainer
 from annotated_transformer.variations import SCALES
 
@@ -89,9 +89,12 @@ def test_a_run_saved_before_the_new_fields_existed_still_resumes(tmp_path):
     for name in ("d_k", "d_v", "positional", "norm_position", "warmup_ramp"):
         del old[name]
     (tmp_path / "recipe.json").write_text(json.dumps(old))
-    _check_recipe(tmp_path, recipe)  # the defaults are what that run used: no error
+    (tmp_path / "model.pt").write_bytes(b"a finished run: its recipe is kept")
+    defaults = dataclasses.asdict(type(recipe)())
+    settle_recipe(tmp_path, dataclasses.asdict(recipe), defaults)  # the defaults are what that run used
     with pytest.raises(ValueError, match="norm_position"):
-        _check_recipe(tmp_path, dataclasses.replace(recipe, norm_position="pre"))
+        pre = dataclasses.replace(recipe, norm_position="pre")
+        settle_recipe(tmp_path, dataclasses.asdict(pre), defaults)
 
 
 def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():

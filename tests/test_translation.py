@@ -19,10 +19,10 @@ from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.hardware import check_device
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.recipes import RECIPES, get_recipe
-from annotated_transformer.run_directory import RESUMABLE_FIELDS
+from annotated_transformer.run_directory import RESUMABLE_FIELDS, RunHistory
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 from annotated_transformer.training import Trainer
-from annotated_transformer.translation import RunHistory, Validator, train_translation
+from annotated_transformer.translation import Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
 
 TINY = {
