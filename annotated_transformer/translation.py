@@ -8,7 +8,7 @@ sacreBLEU, with the attention of every layer and head drawn as in the paper's Fi
 __all__ = ['load_vocabularies', 'TrainingRun', 'run_fingerprint', 'TrainingWarning', 'batch_warning', 'train_translation',
            'Validator']
 
-# %% ../book/14_translation.ipynb #01392484
+# %% ../book/14_translation.ipynb #c6fa1430
 # The imports of the chapter's main module, `translation`: among them this chapter's `recipes` and
 # `translator`, whose definitions below replace them in this notebook.
 import dataclasses

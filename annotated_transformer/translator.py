@@ -114,7 +114,7 @@ class Translator:
 
     __call__ = translate
 
-# %% ../book/14_translation.ipynb #7afb0d1b
+# %% ../book/14_translation.ipynb #5ca972e4
 @_add_to_class(Translator)
 def translate_with_info(
     self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
