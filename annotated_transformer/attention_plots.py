@@ -43,7 +43,7 @@ def attention_maps(model: Transformer, source: Sequence[int], target: Sequence[i
                 attention.store_weights, attention.weights = False, None
         model.train(was_training)
 
-
+# %% ../book/14_translation.ipynb #882204a3
 def plot_attention(weights: Tensor, row_labels: Sequence[str], column_labels: Sequence[str], title: str = ""):
     """A grid of heatmaps, one row per layer and one column per head (weights: layers, heads, R, C)."""
     import matplotlib.pyplot as plt

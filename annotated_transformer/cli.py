@@ -30,15 +30,13 @@ from .checkpoints import checkpoint_paths
 from .training import TrainingDiverged
 from .recipes import RECIPES, Recipe
 from .hardware import check_device
-from .run_directory import RunDirectory, peek_extra, run_data_dir
+from .command_files import check_output, decode_utf8, output_errors
+from .command_files import read_input, read_lines, write_lines
+from .run_directory import RunDirectory, peek_extra, read_json, run_data_dir
 from .translator import InputWarning, Translator, evaluate_bleu
 from .translation import TrainingWarning, train_translation
-
-if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
-    from annotated_transformer.command_files import check_output, decode_utf8, output_errors
-    from annotated_transformer.command_files import read_input, read_lines, write_lines
-    from annotated_transformer.recipe_options import add_recipe_options, describe_configuration
-    from annotated_transformer.recipe_options import option_name, recipe_from_args
+from .recipe_options import add_recipe_options, describe_configuration
+from .recipe_options import option_name, recipe_from_args
 
 # %% ../book/16_command_line.ipynb #c6d35a96
 def _resolve_checkpoints(sources: Sequence[Path], last: int) -> list[Path]:
@@ -129,51 +127,7 @@ def _training_report(run, start_step: int) -> str:
     ]
     return "\n".join(lines)
 
-# %% ../book/16_command_line.ipynb #f6a15e5d
-def _run_train(args: argparse.Namespace) -> int:
-    recipe = recipe_from_args(args)  # every value checked, before anything is written
-    if args.device is not None:  # a GPU this machine lacks: refused before the run directory exists
-        check_device(args.device, "--device")
-    run_dir = args.run_dir if args.run_dir is not None else Path("runs") / args.config
-    context = init_distributed(device=args.device)  # a single process unless torchrun started us
-    try:
-        start_step = RunDirectory(run_dir).newest_step()
-        try:
-            with _training_warnings(args):
-                run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
-                                        device=context.device, progress=not args.quiet, rank=context.rank,
-                                        world_size=context.world_size)
-        except TrainingDiverged as error:
-            raise ValueError(f"{_spelled(error)}; {_after_divergence(run_dir)}") from None
-        except torch.OutOfMemoryError:
-            raise ValueError(out_of_memory(recipe, run_dir)) from None
-        if context.is_main:
-            print(_training_report(run, start_step))
-            if _high_loss(run) is not None:
-                warn(args, _high_loss(run))
-    finally:
-        shutdown_distributed()
-    return 0
-
-
-@contextlib.contextmanager
-def _training_warnings(args: argparse.Namespace) -> Iterator[None]:
-    """The training's warnings about its recipe (`TrainingWarning`) as warnings of the command, one
-    line each on standard error, as soon as they come (not after the training); others as usual."""
-    with warnings.catch_warnings():  # restores showwarning at the end
-        warnings.simplefilter("always", TrainingWarning)
-        show = warnings.showwarning
-
-        def show_now(message, category, filename, lineno, file=None, line=None):
-            if issubclass(category, TrainingWarning):
-                warn(args, _command_line_message(message))  # its settings said as options
-            else:
-                show(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = show_now
-        yield
-
-
+# %% ../book/16_command_line.ipynb #9b01806f
 def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
     """What to do when the device's memory does not hold a batch of the recipe."""
     problem = f"out of GPU memory with batches of up to {recipe.max_tokens} tokens"
@@ -205,27 +159,69 @@ def _after_divergence(run_dir: Path) -> str:
                 f"kept), so train with other values in a new --run-dir")
     return f"the same command with other values starts {run_dir} again"
 
+# %% ../book/16_command_line.ipynb #f6a15e5d
+def _run_train(args: argparse.Namespace) -> int:
+    recipe = recipe_from_args(args)  # every value checked, before anything is written
+    if args.device is not None:  # a GPU this machine lacks: refused before the run directory exists
+        check_device(args.device, "--device")
+    run_dir = args.run_dir if args.run_dir is not None else Path("runs") / args.config
+    context = init_distributed(device=args.device)  # a single process unless torchrun started us
+    try:
+        start_step = RunDirectory(run_dir).newest_step()
+        try:
+            with _training_warnings(args):
+                run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
+                                        device=context.device, progress=not args.quiet, rank=context.rank,
+                                        world_size=context.world_size)
+        except TrainingDiverged as error:
+            raise ValueError(f"{_spelled(error)}; {_after_divergence(run_dir)}") from None
+        except torch.OutOfMemoryError:
+            raise ValueError(out_of_memory(recipe, run_dir)) from None
+        if context.is_main:
+            print(_training_report(run, start_step))
+            if _high_loss(run) is not None:
+                warn(args, _high_loss(run))
+    finally:
+        shutdown_distributed()
+    return 0
+
+# %% ../book/16_command_line.ipynb #89b288e5
+@contextlib.contextmanager
+def _training_warnings(args: argparse.Namespace) -> Iterator[None]:
+    """The training's warnings about its recipe (`TrainingWarning`) as warnings of the command, one
+    line each on standard error, as soon as they come (not after the training); others as usual."""
+    with warnings.catch_warnings():  # restores showwarning at the end
+        warnings.simplefilter("always", TrainingWarning)
+        show = warnings.showwarning
+
+        def show_now(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, TrainingWarning):
+                warn(args, _command_line_message(message))  # its settings said as options
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show_now
+        yield
+
 # %% ../book/16_command_line.ipynb #214cca3b
 def _run_recipe(args: argparse.Namespace) -> Recipe | None:
     """The recipe the run of `args.checkpoint` was trained with: its recipe.json, or, when that is
     damaged, the copy in the checkpoint (with a warning); None when unknown."""
-    checkpoint = args.checkpoint
-    path = RunDirectory.find(checkpoint, "recipe")
+    path = RunDirectory.find(args.checkpoint, "recipe")
     if path is None:
         return None
     try:
-        recipe = json.loads(path.read_text(encoding="utf-8"))
+        recipe = read_json(path)  # chapter 10's reader of a run's side files
         if isinstance(recipe, dict):
             return Recipe.from_dict(recipe)
-        error = "it holds no recipe"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as problem:
-        error = problem
-    model = RunDirectory.model_of(checkpoint)
+        error = f"{path} is damaged (it holds no recipe)"
+    except ValueError as problem:
+        error = str(problem)
+    model = RunDirectory.model_of(args.checkpoint)
     copy = peek_extra(model).get("recipe")
     if not isinstance(copy, dict):
-        raise ValueError(f"{path} is damaged ({error}): restore it, or give --corpus and --beam-size")
-    warn(args, f"{path} is damaged ({error}); using the copy of the recipe in {model} (the same train "
-               f"command repairs it)")
+        raise ValueError(f"{error}: restore it, or give --corpus and --beam-size")
+    warn(args, f"{error}; using the copy of the recipe in {model} (the same train command repairs it)")
     return Recipe.from_dict(copy)
 
 
@@ -249,7 +245,7 @@ def _load_translator(args: argparse.Namespace, recipe: Recipe | None) -> Transla
     return Translator.load(path, vocab=vocab, device=check_device(args.device, "--device"),
                            beam_size=beam_size, alpha=recipe.alpha if recipe else 0.6)
 
-# %% ../book/16_command_line.ipynb #80047add
+# %% ../book/16_command_line.ipynb #c715c83c
 def _from_stdin(args: argparse.Namespace) -> bool:
     return not args.sentences and (args.input is None or str(args.input) == "-")
 
@@ -281,7 +277,7 @@ def _input_warnings(args: argparse.Namespace) -> Iterator[None]:
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
 
-
+# %% ../book/16_command_line.ipynb #80047add
 def _run_translate(args: argparse.Namespace) -> int:
     output = check_output(args.output, example="translations.txt")  # before the work, not after it
     sentences = None if _from_stdin(args) else _read_sentences(args)
@@ -291,7 +287,7 @@ def _run_translate(args: argparse.Namespace) -> int:
     write_lines(translations, output)
     return 0
 
-# %% ../book/16_command_line.ipynb #95e0aa92
+# %% ../book/16_command_line.ipynb #f1fe55de
 def _evaluation_data(args: argparse.Namespace) -> dict:
     """The keyword arguments of `corpus()` for the test set: --data-dir, else the data folder the
     run was trained from (its run.json), else the cache."""
@@ -302,7 +298,7 @@ def _evaluation_data(args: argparse.Namespace) -> dict:
         options["root"] = recorded
     return options
 
-
+# %% ../book/16_command_line.ipynb #95e0aa92
 def _run_evaluate(args: argparse.Namespace) -> int:
     output = check_output(args.output, example="evaluation.json")
     recipe = _run_recipe(args)

@@ -24,12 +24,10 @@ from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenization import Vocabularies, VocabularyError
 from .tokenization import _check_count, _check_pairs, _check_texts, _shown
+from .training import _add_to_class
 from .checkpoints import read_checkpoint
-
-if __name__ != "__main__":  # in the package; in this notebook, the chapter's own cells define these
-    from annotated_transformer.hardware import check_device
-    from annotated_transformer.recipes import Recipe
-    from annotated_transformer.run_directory import RunDirectory
+from .hardware import check_device
+from .run_directory import RunDirectory
 
 
 class InputWarning(UserWarning):
@@ -55,6 +53,97 @@ class TranslationInfo:
     @property
     def unreadable(self) -> bool:
         return self.unknown_share >= _UNREADABLE_SHARE
+
+# %% ../book/14_translation.ipynb #b56d625b
+class Translator:
+    """A trained model and its vocabularies: German text in, English text out (§6.1 decoding).
+
+    Sentences are sorted by length and decoded in batches of about `batch_tokens` source tokens,
+    with the KV cache and beam search batched over sentences and beams. `max_source_tokens`, the
+    longest source sentence of the training data, is what longer sentences are warned about.
+    """
+
+    def __init__(
+        self, model: Transformer, vocabs: Vocabularies, device=None, beam_size: int = 4, alpha: float = 0.6,
+        max_source_tokens: int | None = None,
+    ):
+        check_beam_settings(beam_size, alpha)  # a beam of 0 is refused, not decoded greedily
+        self.device = check_device(device)
+        self.vocabs, self.beam_size, self.alpha = vocabs, beam_size, alpha
+        self.max_source_tokens = max_source_tokens
+        config = model.config
+        if (config.src_vocab_size, config.tgt_vocab_size) != (len(vocabs.source), len(vocabs.target)):
+            raise VocabularyError(
+                f"the model expects vocabularies of {config.src_vocab_size}/{config.tgt_vocab_size} tokens, "
+                f"the vocabulary file has {len(vocabs.source)}/{len(vocabs.target)}: use the vocab.json of "
+                f"the run that trained this checkpoint"
+            )
+        self.model = model.to(self.device).eval()
+
+    @classmethod
+    def load(
+        cls, checkpoint: str | Path, vocab: str | Path | None = None, device=None, **kwargs
+    ) -> "Translator":
+        """From a run directory (its `model.pt` and `vocab.json`), or from a checkpoint file and the
+        `vocab.json` beside it or in the run directory above `checkpoints/`. Beam size and α come
+        from the run's recipe unless given (`_read_run_model`)."""
+        device = check_device(device)  # before the checkpoint is read
+        model, vocabs, settings = _read_run_model(checkpoint, vocab)
+        return cls(model, vocabs, device, **{**settings, **kwargs})
+
+    def translate_ids(
+        self, sources: Sequence[Sequence[int]], beam_size: int | None = None, batch_tokens: int = 8000
+    ) -> list[list[int]]:
+        """Decode source id lists (in the given order) with beam search, or greedily with a beam of 1."""
+        beam_size = self.beam_size if beam_size is None else beam_size
+        check_beam_settings(beam_size, self.alpha)
+        batch_tokens = _check_count(batch_tokens, "batch_tokens")
+        _check_source_lengths(sources, self.model.config.max_len)
+        return _decode_by_length(self.model, sources, beam_size, self.alpha, batch_tokens, self.device)
+
+    def translate(
+        self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
+    ):
+        """Translate one sentence (str -> str) or many (list -> list, in the given order); see
+        `translate_with_info` for what the model could read of each, and the warning."""
+        infos, message = self._translate(sentences, beam_size, batch_tokens)
+        if message is not None:
+            warnings.warn(message, InputWarning, stacklevel=2)
+        texts = [info.text for info in infos]
+        return texts[0] if isinstance(sentences, str) else texts
+
+    __call__ = translate
+
+# %% ../book/14_translation.ipynb #5ca972e4
+@_add_to_class(Translator)
+def translate_with_info(
+    self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
+) -> list[TranslationInfo]:
+    """Translate sentences (a string, or a list of strings, in the given order), each with what
+    the model could read of it: its tokens, the unknown ones, and whether it is longer than any of
+    the training data. When some are mostly unknown or too long, one `InputWarning` says so."""
+    infos, message = self._translate(sentences, beam_size, batch_tokens)
+    if message is not None:
+        warnings.warn(message, InputWarning, stacklevel=2)
+    return infos
+
+
+@_add_to_class(Translator)
+def _translate(
+    self, sentences: Sequence[str] | str, beam_size: int | None, batch_tokens: int
+) -> tuple[list[TranslationInfo], str | None]:
+    texts = [sentences] if isinstance(sentences, str) else _check_texts(
+        sentences, "sentences", "a string or a list of strings")
+    empty = [i for i, text in enumerate(texts) if not text.strip()]
+    sources = self.vocabs.source.encode_batch(texts)
+    ids = self.translate_ids([s or [EOS] for s in sources], beam_size, batch_tokens)
+    longest = self.max_source_tokens
+    infos = [
+        TranslationInfo("" if i in empty else self.vocabs.target.decode(row), len(source),
+                        source.count(UNK), longest is not None and len(source) > longest)
+        for i, (source, row) in enumerate(zip(sources, ids, strict=True))
+    ]
+    return infos, _input_warning(infos, longest)
 
 
 def _input_warning(infos: Sequence[TranslationInfo], longest: int | None) -> str | None:
@@ -155,99 +244,12 @@ def _read_run_model(
             f"{vocab} is not the vocabulary {checkpoint} was trained with (fingerprints differ); "
             f"use the vocab.json from the same run directory"
         )
-    recipe = Recipe.from_dict(data["extra"]["recipe"]) if "recipe" in data["extra"] else None
-    settings = {} if recipe is None else {"beam_size": recipe.beam_size, "alpha": recipe.alpha}
+    recipe = data["extra"].get("recipe") or {}
+    settings = {name: recipe[name] for name in ("beam_size", "alpha") if name in recipe}
     settings["max_source_tokens"] = data["extra"].get("longest_source")
     model = Transformer(TransformerConfig(**data["config"]))
     model.load_state_dict(data["model"])
     return model, vocabs, settings
-
-# %% ../book/14_translation.ipynb #b56d625b
-class Translator:
-    """A trained model and its vocabularies: German text in, English text out (§6.1 decoding).
-
-    Sentences are sorted by length and decoded in batches of about `batch_tokens` source tokens,
-    with the KV cache and beam search batched over sentences and beams. `max_source_tokens`, the
-    longest source sentence of the training data, is what longer sentences are warned about.
-    """
-
-    def __init__(
-        self, model: Transformer, vocabs: Vocabularies, device=None, beam_size: int = 4, alpha: float = 0.6,
-        max_source_tokens: int | None = None,
-    ):
-        check_beam_settings(beam_size, alpha)  # a beam of 0 is refused, not decoded greedily
-        self.device = check_device(device)
-        self.vocabs, self.beam_size, self.alpha = vocabs, beam_size, alpha
-        self.max_source_tokens = max_source_tokens
-        config = model.config
-        if (config.src_vocab_size, config.tgt_vocab_size) != (len(vocabs.source), len(vocabs.target)):
-            raise VocabularyError(
-                f"the model expects vocabularies of {config.src_vocab_size}/{config.tgt_vocab_size} tokens, "
-                f"the vocabulary file has {len(vocabs.source)}/{len(vocabs.target)}: use the vocab.json of "
-                f"the run that trained this checkpoint"
-            )
-        self.model = model.to(self.device).eval()
-
-    @classmethod
-    def load(
-        cls, checkpoint: str | Path, vocab: str | Path | None = None, device=None, **kwargs
-    ) -> "Translator":
-        """From a run directory (its `model.pt` and `vocab.json`), or from a checkpoint file and the
-        `vocab.json` beside it or in the run directory above `checkpoints/`. Beam size and α come
-        from the run's recipe unless given (`_read_run_model`)."""
-        device = check_device(device)  # before the checkpoint is read
-        model, vocabs, settings = _read_run_model(checkpoint, vocab)
-        return cls(model, vocabs, device, **{**settings, **kwargs})
-
-    def translate_ids(
-        self, sources: Sequence[Sequence[int]], beam_size: int | None = None, batch_tokens: int = 8000
-    ) -> list[list[int]]:
-        """Decode source id lists (in the given order) with beam search, or greedily with a beam of 1."""
-        beam_size = self.beam_size if beam_size is None else beam_size
-        check_beam_settings(beam_size, self.alpha)
-        batch_tokens = _check_count(batch_tokens, "batch_tokens")
-        _check_source_lengths(sources, self.model.config.max_len)
-        return _decode_by_length(self.model, sources, beam_size, self.alpha, batch_tokens, self.device)
-
-    def translate_with_info(
-        self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
-    ) -> list[TranslationInfo]:
-        """Translate sentences (a string, or a list of strings, in the given order), each with what
-        the model could read of it: its tokens, the unknown ones, and whether it is longer than any of
-        the training data. When some are mostly unknown or too long, one `InputWarning` says so."""
-        infos, message = self._translate(sentences, beam_size, batch_tokens)
-        if message is not None:
-            warnings.warn(message, InputWarning, stacklevel=2)
-        return infos
-
-    def _translate(
-        self, sentences: Sequence[str] | str, beam_size: int | None, batch_tokens: int
-    ) -> tuple[list[TranslationInfo], str | None]:
-        texts = [sentences] if isinstance(sentences, str) else _check_texts(
-            sentences, "sentences", "a string or a list of strings")
-        empty = [i for i, text in enumerate(texts) if not text.strip()]
-        sources = self.vocabs.source.encode_batch(texts)
-        ids = self.translate_ids([s or [EOS] for s in sources], beam_size, batch_tokens)
-        longest = self.max_source_tokens
-        infos = [
-            TranslationInfo("" if i in empty else self.vocabs.target.decode(row), len(source),
-                            source.count(UNK), longest is not None and len(source) > longest)
-            for i, (source, row) in enumerate(zip(sources, ids, strict=True))
-        ]
-        return infos, _input_warning(infos, longest)
-
-    def translate(
-        self, sentences: Sequence[str] | str, beam_size: int | None = None, batch_tokens: int = 8000
-    ):
-        """Translate one sentence (str -> str) or many (list -> list, in the given order); see
-        `translate_with_info` for what the model could read of each, and the warning."""
-        infos, message = self._translate(sentences, beam_size, batch_tokens)
-        if message is not None:
-            warnings.warn(message, InputWarning, stacklevel=2)
-        texts = [info.text for info in infos]
-        return texts[0] if isinstance(sentences, str) else texts
-
-    __call__ = translate
 
 # %% ../book/14_translation.ipynb #bd52f6b1
 def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> tuple[Any, str]:
@@ -284,11 +286,8 @@ class Evaluation:
     sources: list[str]
 
     def summary(self) -> dict:
-        return {
-            k: v
-            for k, v in dataclasses.asdict(self).items()
-            if k not in ("hypotheses", "references", "sources")
-        }
+        texts = ("hypotheses", "references", "sources")
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in texts}
 
 
 def evaluate_bleu(
@@ -304,17 +303,6 @@ def evaluate_bleu(
     hypotheses = translator.translate(sources, beam_size=beam_size)
     seconds = time.perf_counter() - started
     (cased, signature), (lowercased, signature_lowercase) = (
-        bleu(hypotheses, references),
-        bleu(hypotheses, references, lowercase=True),
-    )
-    return Evaluation(
-        cased.score,
-        lowercased.score,
-        signature,
-        signature_lowercase,
-        len(pairs),
-        seconds,
-        hypotheses,
-        references,
-        sources,
-    )
+        bleu(hypotheses, references), bleu(hypotheses, references, lowercase=True))
+    return Evaluation(cased.score, lowercased.score, signature, signature_lowercase, len(pairs), seconds,
+                      hypotheses, references, sources)

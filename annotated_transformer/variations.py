@@ -34,9 +34,9 @@ from annotated_transformer.tokenization import (
 )
 from .training import TrainConfig, evaluate
 from .recipes import RECIPES, Recipe
-from .run_directory import RunDirectory, load_vocabularies
+from .run_directory import RunDirectory
 from .translator import Translator, bleu
-from .translation import train_translation
+from .translation import load_vocabularies, train_translation
 
 # %% ../book/18_variations.ipynb #c361733d
 @dataclass(frozen=True)

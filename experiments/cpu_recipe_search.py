@@ -55,6 +55,8 @@ import sys
 import time
 from pathlib import Path
 
+from annotated_transformer.files import atomic_write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs" / "search"
 RESULTS = ROOT / "annotated_transformer" / "results" / "multi30k_search.json"
@@ -120,7 +122,7 @@ THIRTY_MINUTE_CANDIDATES = {
     ],
     # Half the pieces: a step about a fifth cheaper, so 2,650 steps fit in the half hour.
     "bpe4000-cooldown-0.32": BPE4000_RECIPE,
-    # The same options, trained since a run fits its cooldown to the clock (chapter 14's ClockFit):
+    # The same options, trained since a run fits its cooldown to the clock (chapter 10's ClockFit):
     # on a CPU too slow for 2,650 steps in 30 minutes the cooldown ends when the time does, where
     # "bpe4000-cooldown-0.32" (trained before it, on the AMD EPYC) was stopped by the clock 84 steps
     # into a cooldown planned for 848.
@@ -478,10 +480,7 @@ def update_results(key: str, value: dict, merge: bool = False) -> None:
     """Store `value` under `key` in the results file (merged into what is there with `merge`)."""
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results[key] = {**results.get(key, {}), **value} if merge else value
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    temporary = RESULTS.with_suffix(".tmp")
-    temporary.write_text(json.dumps(results, indent=1) + "\n")
-    temporary.replace(RESULTS)
+    atomic_write_text(RESULTS, json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

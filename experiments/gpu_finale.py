@@ -76,7 +76,7 @@ from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.files import atomic_save, atomic_write, atomic_write_text
 from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
@@ -298,9 +298,7 @@ def keep_attention(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, path
                      "source_tokens": vocabs.source.tokens(source),
                      "target_tokens": ["<bos>", *vocabs.target.tokens(target)],
                      **{kind: weights.half() for kind, weights in maps.items()}})
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(kept, tmp)
-    os.replace(tmp, path)
+    atomic_save(kept, path)
 
 
 def thinned(history: list[dict], points: int) -> list[dict]:
@@ -551,12 +549,14 @@ def copy_results(args: argparse.Namespace) -> None:
     if args.copy_to is None:
         return
     args.copy_to.mkdir(parents=True, exist_ok=True)
-    tmp = args.copy_to / "gpu_results.tgz.tmp"
-    with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(args.out, arcname="gpu")
-        for log in sorted(args.run_root.rglob("*.log")) if args.run_root.exists() else []:
-            tar.add(log, arcname=f"logs/{log.relative_to(args.run_root)}")
-    os.replace(tmp, args.copy_to / "gpu_results.tgz")
+
+    def write_archive(file) -> None:
+        with tarfile.open(fileobj=file, mode="w:gz") as tar:
+            tar.add(args.out, arcname="gpu")
+            for log in sorted(args.run_root.rglob("*.log")) if args.run_root.exists() else []:
+                tar.add(log, arcname=f"logs/{log.relative_to(args.run_root)}")
+
+    atomic_write(args.copy_to / "gpu_results.tgz", write_archive)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

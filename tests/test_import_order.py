@@ -69,3 +69,11 @@ def test_the_import_finder_sees_relative_absolute_and_nested_imports(tmp_path):
         "def f():\n    from annotated_transformer.training import Trainer\n"
     )
     assert imported_modules(source) == {"model", "data", "batching", "training"}
+
+
+def test_no_library_module_guards_its_imports():
+    """A chapter that exports several modules puts each module's imports of the others before their
+    definitions (chapters 9, 10, 14, 16), so that no library module needs a notebook's guard."""
+    guarded = [path.name for path in sorted(PACKAGE.glob("*.py"))
+               if re.search(r"^if __name__ *!= *[\"']__main__[\"']", path.read_text(encoding="utf-8"), re.M)]
+    assert not guarded, f"modules that guard imports with `if __name__ != '__main__'`: {guarded}"

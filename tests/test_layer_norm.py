@@ -13,8 +13,8 @@ from annotated_transformer.batching import copy_task, make_batch
 from annotated_transformer.layer_norm import layer_gradient_norms, layer_norm_variants, smooth, stability
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer, rate
-from annotated_transformer.recipes import RECIPES
-from annotated_transformer.run_directory import _check_recipe
+from annotated_transformer.recipes import RECIPES, Recipe
+from annotated_transformer.run_directory import settle_recipe
 from annotated_transformer.training import TrainConfig, Trainer
 from annotated_transformer.variations import SCALES
 
@@ -88,9 +88,13 @@ def test_a_run_saved_before_the_new_fields_existed_still_resumes(tmp_path):
     for name in ("d_k", "d_v", "positional", "norm_position", "warmup_ramp", "attention_dropout"):
         del old[name]
     (tmp_path / "recipe.json").write_text(json.dumps(old))
-    _check_recipe(tmp_path, recipe)  # the defaults are what that run used: no error
+    (tmp_path / "model.pt").write_bytes(b"a finished run: its recipe is kept")
+    def upgrade(saved: dict) -> dict:  # as chapter 14 reads a recipe saved by an earlier version
+        return Recipe.from_dict(saved).to_dict()
+
+    settle_recipe(tmp_path, recipe.to_dict(), upgrade)  # the missing fields: what that run used
     with pytest.raises(ValueError, match="norm_position"):
-        _check_recipe(tmp_path, recipe.replace(norm_position="pre"))
+        settle_recipe(tmp_path, recipe.replace(norm_position="pre").to_dict(), upgrade)
 
 
 def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():

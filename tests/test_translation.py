@@ -21,10 +21,10 @@ from annotated_transformer.hardware import check_device
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe, recipe_settings
-from annotated_transformer.run_directory import RESUMABLE_FIELDS
+from annotated_transformer.run_directory import RESUMABLE_FIELDS, RunHistory
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 from annotated_transformer.training import TrainConfig, Trainer
-from annotated_transformer.translation import RunHistory, Validator, train_translation
+from annotated_transformer.translation import Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
 
 TINY = {
