@@ -77,11 +77,11 @@ def decoding_choices(seed: int, args: argparse.Namespace) -> dict:
 
 
 def committed_run() -> dict:
-    """Seed 0: the run chapter 13 trained and scored (its result file)."""
+    """Seed 0: the run chapter 14 trained and scored (its result file)."""
     run = json.loads((RESULTS / COMMITTED_RUN).read_text(encoding="utf-8"))
     return {"seed": 0, "steps": run["steps"], "minutes": run["minutes"], "hardware": run["hardware"],
             "val": run["val"], "test": run["test"][COMMITTED_SCORE], "signature": run["signature"],
-            "source": f"chapter 13's run ({COMMITTED_RUN})"}
+            "source": f"chapter 14's run ({COMMITTED_RUN})"}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -116,20 +116,25 @@ def main(argv: list[str] | None = None) -> dict:
     command = "python experiments/multi30k_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.decoding:
         result = json.loads(args.out.read_text(encoding="utf-8"))
-        result["decoding"] = [decoding_choices(seed, args) for seed in args.seeds]
+        result["decoding_choices"] = [decoding_choices(seed, args) for seed in args.seeds]
         result["decoding_command"] = command.strip()
         _write(result, args.out)
-        print(json.dumps(result["decoding"], indent=1))
+        print(json.dumps(result["decoding_choices"], indent=1))
         return result
     rows = ([] if args.tiny else [committed_run()]) + [seed_run(seed, args) for seed in args.seeds]
     result = {
         "recipe": args.config,
-        "schedule": f"{args.max_steps:,} steps, without the recipe's time limit (seed 0: with it)",
-        "decoding": "beam 4, alpha and checkpoints averaged from the recipe",
+        "schedule": f"{args.max_steps:,} steps (seed 0 also under the recipe's time limit, the other seeds "
+                    "without it; each row's steps are the steps it trained)",
+        "scored_with": "beam 4, alpha and checkpoints averaged from the recipe",
         "command": command.strip(),
         "runs": rows,
         "summary": summary(rows),
     }
+    if args.out.exists():  # the decoding choices of the same runs, scored before, are kept
+        earlier = json.loads(args.out.read_text(encoding="utf-8"))
+        kept = ("decoding_choices", "decoding_command")
+        result.update((key, earlier[key]) for key in kept if key in earlier)
     _write(result, args.out)
     print(json.dumps(result["summary"], indent=1))
     return result
