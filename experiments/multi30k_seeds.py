@@ -4,7 +4,7 @@ the last 3 checkpoints), then the mean and standard deviation of the three runs.
 
     python experiments/multi30k_seeds.py --data-dir DIR              # seeds 1 and 2, then the summary
     python experiments/multi30k_seeds.py --data-dir DIR --seeds 3    # another seed
-    python experiments/multi30k_seeds.py --data-dir DIR --decoding   # the decoding choices, per seed
+    python experiments/multi30k_seeds.py --data-dir DIR --decoding --seeds 0 1 2   # decoding choices
     python experiments/multi30k_seeds.py --tiny                      # the built-in corpus, seconds
 
 Seed 0 is chapter 14's run (`multi30k_cpu.json`). The recipe trains 9,224 steps, with a 30-minute
@@ -65,7 +65,7 @@ DECODINGS = {  # name: (checkpoint of the run to decode with, alpha)
 
 def decoding_choices(seed: int, args: argparse.Namespace) -> dict:
     """Validation BLEU (beam 4) of a trained seed's run under each of DECODINGS."""
-    run_dir = args.runs_dir / f"seed{seed}"
+    run_dir = args.seed0_run_dir if seed == 0 else args.runs_dir / f"seed{seed}"
     options = {"root": args.data_dir} if args.data_dir else {}
     pairs = corpus(get_recipe(args.config).corpus, "val", **options)
     last = sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1]
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-steps", type=int, help="steps to train (default: the recipe's)")
     parser.add_argument("--data-dir", type=Path, help="a folder with the Multi30k files (default: the cache)")
     parser.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "seeds")
+    parser.add_argument("--seed0-run-dir", type=Path, default=ROOT / "book" / "runs" / "multi30k",
+                        help="chapter 14's run, seed 0 of --decoding (default: where the chapter trains it)")
     parser.add_argument("--out", type=Path, default=RESULTS / "multi30k_seeds.json")
     parser.add_argument("--tiny", action="store_true",
                         help="the built-in corpus for a few steps, without seed 0 (a smoke test)")

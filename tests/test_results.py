@@ -20,7 +20,13 @@ def result(name: str):
 def figures() -> dict[str, str]:
     """Each headline figure, formatted as the pages print it, from the result files."""
     cpu, gpu = result("multi30k_cpu.json"), result("gpu/final.json")
+    seeds = result("multi30k_seeds.json")["summary"]
+    fastest = max(result("gpu/bench.json")["base"], key=lambda row: row["tokens_per_s"])
     return {
+        "CPU recipe's seed noise on the test set": f"{seeds['test']['mean']:.2f} ± {seeds['test']['std']:.2f}",
+        "CPU recipe's seed noise on validation": f"{seeds['val']['mean']:.2f} ± {seeds['val']['std']:.2f}",
+        "base model's MFU on real tokens": f"{100 * fastest['mfu']:.1f}%",
+        "base model's MFU with padding": f"{100 * fastest['mfu_with_padding']:.1f}%",
         "CPU run's test BLEU": f"{cpu['test']['average of the last 3 / beam 4']:.2f}",
         "CPU run's steps": f"{cpu['steps']:,}",
         "CPU run's minutes": f"{cpu['minutes']:.1f} min",
@@ -57,6 +63,16 @@ def test_the_conclusion_gives_each_run_its_own_test_bleu():
     scores = {"CPU": cpu["test"]["average of the last 3 / beam 4"], "GPU": gpu["test"][0]["bleu"]}
     for run, score in scores.items():
         assert f"{score:.2f} cased BLEU" in text or f"at {score:.2f}" in text, f"the {run} run's {score:.2f}"
+
+
+@pytest.mark.parametrize("page", ["conclusion.md", "14_translation.ipynb", "20_gpu.ipynb"])
+def test_the_chapters_quote_the_measured_seed_noise(page):
+    """Where a page weighs a difference against the seed noise, the noise is the measured one."""
+    seeds = result("multi30k_seeds.json")["summary"]
+    text = (ROOT / "book" / page).read_text(encoding="utf-8")
+    quoted = set(re.findall(r"(\d+\.\d\d) ± (\d\.\d\d)", text))
+    measured = {(f"{seeds[split]['mean']:.2f}", f"{seeds[split]['std']:.2f}") for split in seeds}
+    assert quoted and quoted <= measured, f"{page} quotes {sorted(quoted - measured) or 'no'} seed noise; measured: {measured}"
 
 
 # --- every score typed in prose has a source --------------------------------------------------
