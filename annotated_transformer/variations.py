@@ -415,7 +415,7 @@ def add_experiment_command(commands, experiments: dict[str, Callable[[Recipe], l
     experiment.add_argument("--rows", metavar="ROWS", help="only these rows, e.g. A,C (default: all)")
     experiment.add_argument("--workers", type=cli.positive_int, default=1,
                             help="runs trained at the same time (CPU: 2 uses two cores best; GPU: 1)")
-    experiment.add_argument("--device", type=cli.device,
+    experiment.add_argument("--device", type=cli.parse_device,
                             help="cpu, cuda, ... (default: a GPU if there is one)")
     experiment.add_argument("--data-dir", type=Path, metavar="DIR",
                             help="a folder that holds the Multi30k files, instead of the cache")

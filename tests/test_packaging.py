@@ -7,6 +7,7 @@
 - a wheel builds and works when installed on its own, away from this checkout.
 """
 
+import ast
 import importlib.util
 import itertools
 import json
@@ -35,76 +36,41 @@ PACKAGE = ROOT / "annotated_transformer"
 NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 BIN = Path(sys.executable).parent
 
+# The public API at the package root: small, what the chapters and the README call.
 PUBLIC_API = [
-    # §5.1 and §6.1 on real data
-    "corpus",
-    "multi30k",
-    "builtin_corpus",
-    "DataError",
-    "Vocab",
-    "BPE",
-    "Vocabularies",
-    "VocabularyError",
-    "build_vocabularies",
-    "token_batches",
-    "Recipe",
-    "get_recipe",
-    "train_translation",
-    "Translator",
-    "evaluate_bleu",
-    "attention_maps",
-    "init_distributed",
-    "DistributedTokenBatchSampler",
-    # §5 and §6.1: training and decoding
+    # §3: the model, its attention and masks
+    "attention",
+    "padding_mask",
+    "subsequent_mask",
+    "target_mask",
+    "MultiHeadAttention",
+    "Transformer",
+    "TransformerConfig",
+    "make_model",
+    "count_parameters",
+    # §5: batches and training
+    "PAD",
     "Batch",
     "make_batch",
-    "batch_by_tokens",
-    "make_optimizer",
-    "LabelSmoothingLoss",
     "Trainer",
     "TrainConfig",
-    "save_checkpoint",
-    "load_checkpoint",
-    "train_copy_task",
+    # §6.1: decoding and checkpoint averaging
     "greedy_decode",
     "beam_search",
     "average_checkpoints",
-    # §3: the model
-    "make_model",
-    "TransformerConfig",
-    "Transformer",
-    "MultiHeadAttention",
-    "attention",
-    "subsequent_mask",
-    "padding_mask",
-    "target_mask",
-    "PositionalEncoding",
-    "Embeddings",
-    "Generator",
-    "EncoderLayer",
-    "DecoderLayer",
-    "Encoder",
-    "Decoder",
-    "SublayerConnection",
-    "PositionwiseFeedForward",
-    "LearnedPositionalEmbedding",
-    "count_parameters",
-    # §4 and §6.2: the paper's analysis
-    "make_layer",
-    "layer_flops",
-    "measure_layer",
-    "sequential_products",
-    "measure_path_length",
-    "SelfAttentionLayer",
-    "RecurrentLayer",
-    "table3_variants",
-    "run_variants",
-    "SCALES",
-    "check_claims",
-    "layer_norm_variants",
-    "stability",
+    # §5.1 and §6.1 on real data
+    "corpus",
+    "Recipe",
+    "RECIPES",
+    "get_recipe",
+    "train_translation",
+    "TrainingRun",
+    "Translator",
+    "evaluate_bleu",
+    "Evaluation",
 ]
-
+# At most this many names at the root: the rest of the package is imported from its modules.
+API_LIMIT = 40
 
 
 def _tool(name: str):
@@ -258,9 +224,87 @@ def test_public_api_at_package_root():
     assert not missing, f"not importable from annotated_transformer: {missing}"
     unlisted = [name for name in PUBLIC_API if name not in annotated_transformer.__all__]
     assert not unlisted, f"missing from annotated_transformer.__all__: {unlisted}"
+    extra = [name for name in annotated_transformer.__all__ if name not in PUBLIC_API]
+    assert not extra, (
+        f"in annotated_transformer.__all__ but not in this test's PUBLIC_API: {extra} (a name joins "
+        "the root API deliberately: add it here too, or import it from its module)"
+    )
+    assert len(set(annotated_transformer.__all__)) == len(annotated_transformer.__all__), "a name twice"
     undefined = [name for name in annotated_transformer.__all__ if not hasattr(annotated_transformer, name)]
     assert not undefined, f"in __all__ but not defined: {undefined}"
     assert re.fullmatch(r"\d+\.\d+\.\d+\S*", annotated_transformer.__version__)
+
+
+def root_imports(code: str) -> set[str]:
+    """The names that Python code takes from the package root: `from annotated_transformer import
+    NAME`, and `ALIAS.NAME` after `import annotated_transformer as ALIAS`. IPython's `%` and `!`
+    lines are skipped."""
+    lines = [line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    tree = ast.parse("\n".join(lines))
+    names, aliases = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "annotated_transformer" and not node.level:
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            aliases.update(alias.asname or alias.name for alias in node.names
+                           if alias.name == "annotated_transformer")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            names.add(node.attr)
+    return names
+
+
+def names_in_markdown_code(text: str) -> set[str]:
+    """The identifiers in a Markdown text's code: fenced blocks and `inline code`."""
+    fenced = re.findall(r"^```.*?$(.*?)^```", text, flags=re.M | re.S)
+    inline = re.findall(r"`([^`\n]+)`", re.sub(r"^```.*?^```", "", text, flags=re.M | re.S))
+    return set(re.findall(r"[A-Za-z_]\w*", "\n".join(fenced + inline)))
+
+
+def test_public_api_is_small_and_used():
+    """The root API is what a reader and a user call: at most API_LIMIT names, each one imported from
+    the root by a chapter's code or named in the README's code."""
+    import annotated_transformer
+
+    api = annotated_transformer.__all__
+    assert len(api) <= API_LIMIT, (
+        f"annotated_transformer.__all__ has {len(api)} names, more than {API_LIMIT}: keep the root API "
+        "small (chapter 1's `_all_`), and import the rest from its module"
+    )
+    chapters = {
+        path.name: root_imports("\n".join(source(cell) for cell in code_cells(load_notebook(path))))
+        for path in NOTEBOOKS
+    }
+    used = set().union(*chapters.values())
+    readme = names_in_markdown_code((ROOT / "README.md").read_text(encoding="utf-8"))
+    unused = [name for name in api if name not in used and name not in readme]
+    assert not unused, (
+        f"in annotated_transformer.__all__, but no chapter imports them from the package root and the "
+        f"README's code does not name them: {unused}; use them, document them, or leave them in "
+        "their module"
+    )
+
+
+def test_chapters_import_the_api_from_the_root():
+    """Outside the exported cells (which import from modules, chapter by chapter), a chapter takes
+    the public API from the package root and everything else from its module."""
+    import annotated_transformer
+
+    api = set(annotated_transformer.__all__)
+    wrong = []
+    for path in NOTEBOOKS:
+        for cell in code_cells(load_notebook(path)):
+            text = source(cell)
+            if text.startswith("#| export"):
+                continue
+            for name in sorted(root_imports(text) - api):
+                is_module = importlib.util.find_spec(f"annotated_transformer.{name}") is not None
+                if not name.startswith("__") and not is_module:  # `__version__`, `__all__`, a module: fine
+                    wrong.append(f"{path.name}: {name} is not at the root; import it from its module")
+            for line in re.findall(r"^\s*from annotated_transformer\.\w+ import (.*)$", text, flags=re.M):
+                names = {name.split(" as ")[0].strip(" ()") for name in line.split(",")}
+                wrong += [f"{path.name}: import {name} from the package root" for name in sorted(names & api)]
+    assert not wrong, "\n".join(wrong)
 
 
 # --- the committed notebooks ----------------------------------------------------------------------
