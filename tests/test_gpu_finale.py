@@ -3,18 +3,13 @@ and the scripts it runs), and the committed results of the real runs agree with 
 package registers and with the choices they record."""
 
 import json
-import sys
 from importlib.resources import files
-from pathlib import Path
 
-import pytest
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-
-import colab_chapters
+import colab_chapters  # experiments/ is on pytest's pythonpath (pyproject.toml)
 import gpu_fast_recipe
 import gpu_finale
+import pytest
+import torch
 
 from annotated_transformer.data import corpus
 from annotated_transformer.recipes import RECIPES, Recipe
