@@ -3,9 +3,14 @@
 The tests build tiny models (d_model 32), for which PyTorch's intra-op threads cost more than they
 save: on a 2-core CI machine, two threads that busy-wait for each other are slower than one, and
 much slower when another process shares the cores. One thread makes the suite fast and its
-timing predictable; results do not depend on the thread count beyond float rounding.
+timing predictable; results do not depend on the thread count beyond float rounding. The same holds
+for the Python processes that tests start (the scripts of experiments/ and benchmarks/ in their tiny
+modes, the workers of chapter 18's runner, notebook kernels): OMP_NUM_THREADS=1 in the environment
+they inherit gives them one thread too (a tiny-mode profile of one training step took 27 s with
+two threads and 11 s with one, on two cores shared with another job).
 """
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +19,7 @@ import torch
 from helpers import TINY_TRAIN
 
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"  # for the processes the tests start
 
 
 def _contents(folder: Path) -> dict[str, bytes]:
