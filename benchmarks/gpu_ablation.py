@@ -43,13 +43,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import gpu_training
 import torch
 import torch.nn.functional as F
-from torch import Tensor
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_training
 from mfu import PairFlops, flop_fields, pair_flops, peak_tflops
+from torch import Tensor
 
 from annotated_transformer.acceleration import use_fast_cuda_kernels
 from annotated_transformer.attention import padding_mask, target_mask

@@ -22,12 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_training
+import torch
 from mfu import flop_fields, pair_flops, peak_tflops, step_function
+from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.acceleration import use_fast_cuda_kernels
 from annotated_transformer.files import atomic_write_text

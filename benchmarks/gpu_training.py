@@ -58,8 +58,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mfu import flop_fields, pair_flops, peak_of_gpu, peak_tflops, step_function
 from training_throughput import TorchReference
 

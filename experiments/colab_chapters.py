@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+# Run as a script, Python puts only this script's folder (experiments/) on the path; the command line
+# of a result row is written by benchmarks/gpu_training.py, which this script shares.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gpu_training import command_line
 

@@ -38,10 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_finale
+import torch
 from gpu_finale import command_line
 
 from annotated_transformer.checkpoints import checkpoint_paths

@@ -1,11 +1,48 @@
-"""Test-wide settings.
+"""Test-wide settings, and the fixtures that tests of several files share.
 
 The tests build tiny models (d_model 32), for which PyTorch's intra-op threads cost more than they
 save: on a 2-core CI machine, two threads that busy-wait for each other are slower than one, and
 much slower when another process shares the cores. One thread makes the suite fast and its
-timing predictable; results do not depend on the thread count beyond float rounding.
+timing predictable; results do not depend on the thread count beyond float rounding. The same holds
+for the Python processes that tests start (the scripts of experiments/ and benchmarks/ in their tiny
+modes, the workers of chapter 18's runner, notebook kernels): OMP_NUM_THREADS=1 in the environment
+they inherit gives them one thread too (a tiny-mode profile of one training step took 27 s with
+two threads and 11 s with one, on two cores shared with another job).
 """
 
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 import torch
+from helpers import TINY_TRAIN
 
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"  # for the processes the tests start
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by its relative path: its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Iterator[Path]:
+    """A finished tiny training run of the builtin configuration (`helpers.TINY_TRAIN`, a few seconds),
+    trained once for the whole session and shared by the tests of the command line and of faults.
+
+    Tests only read it: a test that trains on, damages or otherwise changes a run works on a copy
+    (`shutil.copytree(tiny_run, tmp_path / "run")`) or in a `helpers.new_run`. At the end of the
+    session the run must hold exactly the files and bytes it was trained with, so that a test that
+    changed it by mistake fails here instead of making later tests depend on their order."""
+    from annotated_transformer.__main__ import main
+
+    run_dir = tmp_path_factory.mktemp("tiny") / "run"
+    assert main(["train", "--config", "builtin", "--run-dir", str(run_dir), "--device", "cpu",
+                 *TINY_TRAIN]) == 0
+    trained = _contents(run_dir)
+    yield run_dir
+    now = _contents(run_dir)
+    changed = sorted(name for name in trained.keys() | now.keys() if trained.get(name) != now.get(name))
+    assert not changed, f"a test changed the shared tiny run (it must work on a copy): {changed}"

@@ -5,6 +5,12 @@ Mask conventions differ: ours are bool with True = *may attend*; PyTorch's bool 
 True = *blocked*. The ``torch_*`` helpers convert ours into PyTorch's.
 """
 
+import errno
+import io
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 from torch import Tensor, nn
@@ -64,10 +70,23 @@ def max_difference(a: list[Tensor], b: list[Tensor]) -> float:
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
-def assert_identical(a: list[Tensor], b: list[Tensor]) -> None:
-    """Bit for bit the same tensors (what an exactly resumed run must give)."""
-    differing = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if not torch.equal(x, y)]
-    assert not differing, f"{len(differing)} tensors differ, by up to {max_difference(a, b):.3g}"
+def assert_identical(a: list[Tensor] | nn.Module, b: list[Tensor] | nn.Module) -> None:
+    """Bit for bit the same tensors (what an exactly resumed run must give): two lists of tensors, or
+    two models, whose state_dicts must then hold the same names."""
+    if isinstance(a, nn.Module):
+        state, expected = a.state_dict(), b.state_dict()
+        assert state.keys() == expected.keys()
+        names, a, b = list(state), list(state.values()), [expected[name] for name in state]
+    else:
+        names = range(len(a))
+    differing = {name: (x - y).abs().max().item() for name, x, y in zip(names, a, b, strict=True)
+                 if not torch.equal(x, y)}
+    assert not differing, f"{len(differing)} tensors differ: {dict(list(differing.items())[:3])}"
+
+
+def small_model(**overrides) -> nn.Module:
+    """A `tiny_model` of seed 0 in eval mode (`overrides` change its `small_config`)."""
+    return tiny_model(0, **overrides).eval()
 
 
 @torch.no_grad()
@@ -145,6 +164,13 @@ def set_fused(model: nn.Module, fused: bool) -> None:
             module.fused = fused
 
 
+def one_line(info: pytest.ExceptionInfo) -> str:
+    """The message of a raised exception, which must be one line."""
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
 def fails(capsys, main, *argv) -> str:
     """Run a command of `main` that must fail: exit status 2 and an error without a traceback;
     returns it (argparse's own errors come after its usage lines)."""
@@ -168,3 +194,34 @@ OLD_RECIPE_JSON = {
     "clip_grad_norm": None, "checkpoint_every": 2, "average_last": 2, "beam_size": 4, "alpha": 0.6,
     "precision": "auto", "compile": False, "seed": 0, "max_minutes": None,
 }
+
+
+# The command-line options of the tests' tiny training run (`python -m annotated_transformer train`):
+# 3 steps of a one-layer model of the builtin configuration, a checkpoint at every step, the last two
+# averaged into model.pt. conftest.py's `tiny_run` is this run, trained once.
+TINY_TRAIN = ["--max-steps", "3", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
+              "--checkpoint-every", "1", "--average-last", "2", "--quiet"]
+
+
+def new_run(run: Path, tmp_path: Path, name: str = "new") -> Path:
+    """An empty run directory that already holds `run`'s vocabulary and encoded corpus, so that training
+    in it skips building them (a run directory may hold just these)."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    shutil.copy(run / "vocab.json", run_dir / "vocab.json")
+    shutil.copytree(run / "cache", run_dir / "cache")
+    return run_dir
+
+
+class FullFile(io.FileIO):
+    """A file on a disk that has `room` bytes left for it: a larger write fails with `code` (by
+    default ENOSPC, what a full file system says)."""
+
+    def __init__(self, file, mode: str = "wb", room: int = 0, code: int = errno.ENOSPC) -> None:
+        super().__init__(file, mode)
+        self.room, self.code = room, code
+
+    def write(self, data) -> int:
+        if self.tell() + len(data) > self.room:
+            raise OSError(self.code, os.strerror(self.code))
+        return super().write(data)

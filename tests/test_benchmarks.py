@@ -5,18 +5,14 @@ the step's ablation computes the baseline's loss and gradients."""
 
 import dataclasses
 import json
-import sys
 from importlib.resources import files
 from pathlib import Path
 
-import pytest
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-import gpu_ablation
+import gpu_ablation  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 import gpu_training
 import mfu
+import pytest
+import torch
 
 from annotated_transformer.batching import make_batch
 

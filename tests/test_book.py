@@ -10,23 +10,19 @@ chromium). The Sphinx extensions in tools/sphinx_ext are tested on document tree
 
 import base64
 import importlib.util
-import sys
 from pathlib import Path
 
+import browser_test  # tools/ and tools/sphinx_ext are on pytest's pythonpath (pyproject.toml)
+import dedupe_scripts
+import hide_nbdev_directives
 import pytest
+from browser_test import Numbering, check_page, numbering_problems
 from docutils import nodes
 from docutils.frontend import get_default_settings
 from docutils.parsers.rst import Parser
 from docutils.utils import new_document
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
-
-import browser_test  # noqa: E402
-import dedupe_scripts  # noqa: E402
-import hide_nbdev_directives  # noqa: E402
-from browser_test import Numbering, check_page, numbering_problems  # noqa: E402
 
 # --- the Sphinx extensions, on document trees -----------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import helpers
 import pytest
 import torch
-from helpers import small_config
+from helpers import new_run, small_config
 
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
@@ -114,24 +114,23 @@ def test_python_dash_m_runs_the_command_line(tmp_path):
 
 # --- train, translate, evaluate ---------------------------------------------------------------------
 
-TINY = ["--max-steps", "3", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-        "--checkpoint-every", "1", "--average-last", "2", "--quiet"]
+TINY = helpers.TINY_TRAIN
 KEPT = ["step_00000002.pt", "step_00000003.pt"]  # the last --average-last 2 checkpoints
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """One tiny training run of the builtin configuration, shared by the tests below (a few seconds)."""
-    run_dir = tmp_path_factory.mktemp("cli") / "run"
-    assert main(["train", "--config", "builtin", "--run-dir", str(run_dir), "--device", "cpu", *TINY]) == 0
-    return run_dir
+@pytest.fixture
+def run(tiny_run):
+    """The tiny training run of the builtin configuration (conftest.py), trained once for the session
+    with the options TINY: the tests below only read it."""
+    return tiny_run
 
 
 def fails(capsys, *argv) -> str:
     return helpers.fails(capsys, main, *argv)
 
 
-def test_train_writes_a_finished_run_and_says_how_to_use_it(run, capsys):
+def test_train_writes_a_finished_run_and_says_how_to_use_it(run, tmp_path, capsys):
+    run = shutil.copytree(run, tmp_path / "run")  # a copy: the same command again is run in it below
     assert sorted(path.name for path in (run / "checkpoints").iterdir()) == KEPT
     for name in ("recipe.json", "vocab.json", "history.json", "model.pt"):
         assert (run / name).is_file(), name
@@ -366,16 +365,6 @@ def test_the_complete_command_line_is_chapter_15s_with_the_experiment_of_chapter
 
 
 # --- faults: what the user sees --------------------------------------------------------------------
-
-
-def new_run(run, tmp_path, name: str = "new"):
-    """An empty run directory that already holds the fixture run's vocabulary and encoded corpus, so
-    that training in it skips building them (a run directory may hold just these)."""
-    run_dir = tmp_path / name
-    run_dir.mkdir()
-    shutil.copy(run / "vocab.json", run_dir / "vocab.json")
-    shutil.copytree(run / "cache", run_dir / "cache")
-    return run_dir
 
 
 def test_divergence_names_the_step_the_value_and_the_options_and_keeps_a_checkpoint(

@@ -5,7 +5,6 @@ The cell runs here with its two outside dependencies replaced: whether the packa
 """
 
 import ast
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -13,13 +12,11 @@ import types
 from pathlib import Path
 from unittest import mock
 
+import colab_cell  # tools/ is on pytest's pythonpath (pyproject.toml)
 import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("colab_cell", ROOT / "tools" / "colab_cell.py")
-colab_cell = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(colab_cell)
 
 
 def run_cell(chapter: str, installed: bool, pip_status: int = 0, colab: bool = False, cuda: bool = False):

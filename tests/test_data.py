@@ -5,12 +5,10 @@ serves small fake files from tmp_path, and the pinned hashes are replaced with t
 (`checksums=`).
 """
 
-import errno
 import functools
 import gzip
 import hashlib
 import http.server
-import io
 import os
 import re
 import socket
@@ -20,6 +18,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import FullFile
 
 from annotated_transformer.data import (
     BUILTIN_SPLITS,
@@ -191,22 +190,12 @@ def test_unreachable_server_says_where_to_put_the_files(closed_port_url, tmp_pat
 
 
 
-class FullFile(io.FileIO):
-    """A file on a disk with `room` bytes left for it: a larger write fails with ENOSPC."""
-
-    room = 1000
-
-    def write(self, data) -> int:
-        if self.tell() + len(data) > self.room:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return super().write(data)
-
-
 def test_a_full_disk_while_downloading_says_so_and_saves_nothing(server, tmp_path, monkeypatch):
     served, base_url = server
     (served / "train.de.gz").write_bytes(bytes(200_000))
     (tmp_path / "cache").mkdir()
-    monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullFile(fd, "wb"))  # the downloads' temporary file
+    # the downloads' temporary file, on a disk with 1,000 bytes left
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: FullFile(fd, "wb", room=1000))
     destination = tmp_path / "cache" / "train.de.gz"
     with pytest.raises(DataError) as info:
         download_file(base_url + "train.de.gz", destination)

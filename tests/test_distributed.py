@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import small_config
+from helpers import max_difference, parameters, small_config, tiny_trainer
 
 from annotated_transformer.acceleration import default_device
 from annotated_transformer.batching import TokenBatchSampler, batch_by_tokens, copy_task, make_batch
@@ -29,7 +29,6 @@ from annotated_transformer.distributed import (
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
-    TrainConfig,
     Trainer,
 )
 
@@ -48,23 +47,9 @@ FIT_LENGTHS = [(len(src), len(tgt)) for src, tgt in FIT_PAIRS]
 FIT_STEPS = 3
 
 
-def make_trainer(**config) -> Trainer:
-    torch.manual_seed(0)
-    config = {"warmup": 10, "progress": False, "log_every": 0, **config}
-    return Trainer(make_model(small_config()), TrainConfig(**config), device="cpu")
-
-
 def fit_batches(epoch: int, rank: int = 0, world_size: int = 1) -> list:
     order = shard_batches(batch_by_tokens(FIT_LENGTHS, max_tokens=150, seed=0, epoch=epoch), rank, world_size)
     return [make_batch([FIT_PAIRS[i] for i in indices]) for indices in order]
-
-
-def parameters(trainer: Trainer) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in trainer.model.parameters()]
-
-
-def max_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
 def _worker(rank: int, out: str, port: int) -> None:
@@ -76,12 +61,12 @@ def _worker(rank: int, out: str, port: int) -> None:
     try:
         result = {"context": [context.rank, context.world_size, context.is_main, context.is_distributed]}
         for name, per_rank in SCENARIOS.items():
-            trainer = make_trainer()
+            trainer = tiny_trainer()
             stats = trainer.train_step([make_batch(pairs) for pairs in per_rank[rank]])
             result[name] = {"parameters": parameters(trainer), "wrapped": trainer.ddp is not None,
                             "stats": [stats.loss, stats.nll, stats.n_tokens]}
         checkpoints = CheckpointDirectory(os.path.join(out, f"checkpoints-rank{rank}"), keep=2)
-        trainer = make_trainer(max_steps=FIT_STEPS, progress=True, log_every=1, checkpoint_every=1)
+        trainer = tiny_trainer(max_steps=FIT_STEPS, progress=True, log_every=1, checkpoint_every=1)
         with contextlib.redirect_stdout(io.StringIO()) as printed:
             trainer.fit(lambda epoch: fit_batches(epoch, rank, WORLD),
                         on_checkpoint=lambda: checkpoints.save(trainer))
@@ -139,7 +124,7 @@ def test_a_step_on_two_ranks_is_a_step_on_the_union_of_their_batches(ranks, scen
     _, results = ranks
     rank0, rank1 = (result[scenario] for result in results)
     assert max_difference(rank0["parameters"], rank1["parameters"]) == 0.0  # the copies stay identical
-    reference = make_trainer()
+    reference = tiny_trainer()
     union = [make_batch(pairs) for per_rank in SCENARIOS[scenario] for pairs in per_rank]
     stats = reference.train_step(union)
     assert max_difference(rank0["parameters"], parameters(reference)) <= 1e-6
@@ -165,7 +150,7 @@ def test_rank_0_alone_logs_and_writes_checkpoints(ranks):
 
 def test_fit_on_two_ranks_equals_fit_with_accumulation(ranks):
     out, _ = ranks
-    single = make_trainer(max_steps=FIT_STEPS, accumulate=WORLD)
+    single = tiny_trainer(max_steps=FIT_STEPS, accumulate=WORLD)
 
     def single_batches(epoch: int) -> list:
         batches = fit_batches(epoch)

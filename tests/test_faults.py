@@ -12,7 +12,6 @@ import errno
 import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,29 +21,17 @@ from pathlib import Path
 import helpers
 import pytest
 import torch
+from helpers import FullFile, new_run, tiny_model
 
 from annotated_transformer import files
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint, save_checkpoint
 from annotated_transformer.files import DiskFullError, atomic_write_text
-from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.recipes import get_recipe
 from annotated_transformer.run_directory import RunInUse, run_lock
 from annotated_transformer.translation import TrainingWarning, batch_warning, train_translation
 
-TINY = ["--max-steps", "3", "--d-model", "32", "--d-ff", "64", "--layers", "1", "--heads", "2",
-        "--checkpoint-every", "1", "--average-last", "2", "--quiet", "--device", "cpu"]
-
-
-class FullFile(io.FileIO):
-    """A file on a disk that has `room` bytes left for it: a larger write fails with `code`."""
-
-    room, code = 0, errno.ENOSPC
-
-    def write(self, data) -> int:
-        if self.tell() + len(data) > self.room:
-            raise OSError(self.code, os.strerror(self.code))
-        return super().write(data)
+TINY = [*helpers.TINY_TRAIN, "--device", "cpu"]
 
 
 class FullDisk:
@@ -69,8 +56,7 @@ class FullDisk:
         if self.after > 0:
             self.after -= 1
             return builtins.open(path, mode, *args, **kwargs)
-        file = FullFile(path, "wb")
-        file.room, file.code = self.room, self.code
+        file = FullFile(path, "wb", room=self.room, code=self.code)
         return file if "b" in mode else io.TextIOWrapper(io.BufferedWriter(file), encoding="utf-8")
 
 
@@ -79,21 +65,11 @@ def disk(monkeypatch):
     return FullDisk(monkeypatch)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A finished tiny run of the builtin configuration (a few seconds)."""
-    run_dir = tmp_path_factory.mktemp("faults") / "run"
-    assert main(["train", "--run-dir", str(run_dir), *TINY]) == 0
-    return run_dir
-
-
-def new_run(run, tmp_path, name: str = "new") -> Path:
-    """An empty run directory with the fixture run's vocabulary and encoded corpus (no building)."""
-    run_dir = tmp_path / name
-    run_dir.mkdir()
-    shutil.copy(run / "vocab.json", run_dir / "vocab.json")
-    shutil.copytree(run / "cache", run_dir / "cache")
-    return run_dir
+@pytest.fixture
+def run(tiny_run):
+    """The finished tiny run of the builtin configuration (conftest.py), trained once for the session
+    with the options TINY: the tests below only read it, or train in a `new_run` beside it."""
+    return tiny_run
 
 
 def fails(capsys, *argv) -> str:
@@ -101,12 +77,6 @@ def fails(capsys, *argv) -> str:
     error = helpers.fails(capsys, main, *argv)
     assert "\n" not in error, error
     return error
-
-
-def tiny_model():
-    torch.manual_seed(0)
-    return make_model(TransformerConfig(src_vocab_size=20, tgt_vocab_size=20, n_layers=1, d_model=32,
-                                        d_ff=64, n_heads=2))
 
 
 def temporaries(folder: Path) -> list[str]:

@@ -267,11 +267,8 @@ def test_the_step_levers_keep_the_loss_and_gradients_with_the_gpus_kernels(lever
     bf16 autocast and the GPU's fused attention kernels (FlashAttention for the causal flag and
     no mask) run, to bf16's precision; the CPU tests (tests/test_benchmarks.py) check it exactly."""
     import dataclasses
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import gpu_ablation
+    import gpu_ablation  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
     from annotated_transformer.acceleration import autocast_context
     from annotated_transformer.batching import make_batch

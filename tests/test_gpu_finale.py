@@ -3,18 +3,14 @@ and the scripts it runs), and the committed results of the real runs agree with 
 package registers and with the choices they record."""
 
 import json
-import sys
+import shutil
 from importlib.resources import files
-from pathlib import Path
 
-import pytest
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-
-import colab_chapters
+import colab_chapters  # experiments/ is on pytest's pythonpath (pyproject.toml)
 import gpu_fast_recipe
 import gpu_finale
+import pytest
+import torch
 
 from annotated_transformer.data import corpus
 from annotated_transformer.recipes import RECIPES, Recipe
@@ -26,9 +22,17 @@ def committed(name: str):
     return json.loads((RESULTS / name).read_text(encoding="utf-8"))
 
 
-def test_the_search_stage_runs_in_tiny_mode(tmp_path):
-    out = tmp_path / "out"
-    gpu_finale.main(["search", "--tiny", "--run-root", str(tmp_path / "runs"), "--out", str(out)])
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """The report folder of the search stage, run once in tiny mode (its two candidates trained side by
+    side, about 20 s): the tests read it, and the final stage's test works on a copy of it."""
+    root = tmp_path_factory.mktemp("search")
+    gpu_finale.main(["search", "--tiny", "--run-root", str(root / "runs"), "--out", str(root / "out")])
+    return root / "out"
+
+
+def test_the_search_stage_runs_in_tiny_mode(searched):
+    out = searched
     names = {p.name for p in out.iterdir()}
     assert {"search.json", "final.json", "history.json", "validation.json", "translations.json",
             "attention.pt"} <= names
@@ -51,9 +55,8 @@ def test_the_search_stage_runs_in_tiny_mode(tmp_path):
     assert first["cross"].shape[-2:] == (len(first["target_tokens"]), len(first["source_tokens"]))
 
 
-def test_the_final_stage_trains_the_choice_alone_and_keeps_the_search(tmp_path):
-    out, runs = tmp_path / "out", str(tmp_path / "runs")
-    gpu_finale.main(["search", "--tiny", "--run-root", runs, "--out", str(out)])
+def test_the_final_stage_trains_the_choice_alone_and_keeps_the_search(searched, tmp_path):
+    out = shutil.copytree(searched, tmp_path / "out")  # the final stage reads its search.json
     search = (out / "search.json").read_text()
     gpu_finale.main(["final", "--tiny", "--run-root", str(tmp_path / "final"), "--out", str(out),
                      "--copy-to", str(tmp_path / "copy")])

@@ -13,6 +13,7 @@ from helpers import (
     copy_layer_norm,
     set_fused,
     small_config,
+    small_model,
     torch_causal,
     torch_decoder_layer,
     torch_encoder_layer,
@@ -228,11 +229,6 @@ def test_pre_ln_stacks_end_in_a_layer_norm():
 
 
 # --- the full model: causal masking and padding ----------------------------------------------
-
-
-def small_model(**overrides) -> nn.Module:
-    torch.manual_seed(0)
-    return make_model(small_config(**overrides)).eval()
 
 
 def run(model, src, tgt):

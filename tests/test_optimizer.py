@@ -1,11 +1,13 @@
 """Adam and the learning-rate schedule of §5.3."""
 
+import functools
+
+import helpers
 import pytest
 import torch
 from torch import nn
 
 from annotated_transformer.batching import copy_task, make_batch
-from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, make_optimizer, rate
 from annotated_transformer.regularization import token_nll
 
@@ -49,10 +51,8 @@ def test_rate_errors():
         rate(1, d_model=0)
 
 
-def small_model(**overrides):
-    sizes = {"src_vocab_size": 20, "tgt_vocab_size": 20, "n_layers": 1, "d_model": 16, "d_ff": 32}
-    sizes["n_heads"] = 2
-    return make_model(**{**sizes, **overrides})
+# The tests' model: d_model 16, the size their rates are computed for.
+small_model = functools.partial(helpers.small_model, d_model=16)
 
 
 def test_make_optimizer_adam_hyper_parameters():

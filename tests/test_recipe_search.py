@@ -2,12 +2,8 @@
 what counts as a run-on translation, and how many steps a candidate gets."""
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
-
-import cpu_recipe_search
+import cpu_recipe_search  # experiments/ is on pytest's pythonpath (pyproject.toml)
 import gpu_recipe_search
 
 from annotated_transformer.recipe_options import add_recipe_options

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from helpers import one_line
 
 import annotated_transformer.files as files
 import annotated_transformer.tokenization as tokenization
@@ -422,12 +423,6 @@ def test_bpe_words_never_glue_a_word_ending_in_unk_to_the_next():
 
 
 # --- what the functions are given -------------------------------------------------------------------
-
-
-def one_line(error: pytest.ExceptionInfo) -> str:
-    message = str(error.value)
-    assert "\n" not in message, message
-    return message
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from helpers import OLD_RECIPE_JSON
+from helpers import OLD_RECIPE_JSON, assert_identical, one_line
 
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
@@ -38,15 +38,6 @@ TINY = {
     "checkpoint_every": 2,
     "average_last": 2,
 }
-
-
-def assert_identical(model: torch.nn.Module, expected: torch.nn.Module) -> None:
-    """Bit for bit the same parameters (what an exactly resumed run must give)."""
-    state, expected_state = model.state_dict(), expected.state_dict()
-    assert state.keys() == expected_state.keys()
-    differing = {key: (state[key] - value).abs().max().item() for key, value in expected_state.items()
-                 if not torch.equal(state[key], value)}
-    assert not differing, f"{len(differing)} tensors differ: {dict(list(differing.items())[:3])}"
 
 
 def tiny_recipe(**overrides):
@@ -492,12 +483,6 @@ def test_a_sentence_longer_than_any_in_training_is_reported_and_one_too_long_ref
 
 
 # --- what the translator is given -----------------------------------------------------------------
-
-
-def one_line(info: pytest.ExceptionInfo) -> str:
-    message = str(info.value)
-    assert "\n" not in message, message
-    return message
 
 
 @pytest.mark.parametrize("method", ["translate", "translate_with_info"])
