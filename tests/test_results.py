@@ -21,12 +21,9 @@ def figures() -> dict[str, str]:
     """Each headline figure, formatted as the pages print it, from the result files."""
     cpu, gpu = result("multi30k_cpu.json"), result("gpu/final.json")
     seeds = result("multi30k_seeds.json")["summary"]
-    fastest = max(result("gpu/bench.json")["base"], key=lambda row: row["tokens_per_s"])
     return {
         **{f"CPU recipe's seed noise ({split})": f"{spread['mean']:.2f} ± {spread['std']:.2f}"
            for split, spread in seeds.items()},
-        "base model's MFU on real tokens": f"{100 * fastest['mfu']:.1f}%",
-        "base model's MFU with padding": f"{100 * fastest['mfu_with_padding']:.1f}%",
         "CPU run's test BLEU": f"{cpu['test']['average of the last 3 / beam 4']:.2f}",
         "CPU run's steps": f"{cpu['steps']:,}",
         "CPU run's minutes": f"{cpu['minutes']:.1f} min",
