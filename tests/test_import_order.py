@@ -10,6 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "annotated_transformer"
 EXEMPT = {"__init__", "_modidx"}
+# The subpackage of machinery written by hand (no chapter exports it): any chapter may use it.
+HAND_WRITTEN = {"machinery"}
 
 
 def chapter_of_modules() -> dict[str, int]:
@@ -55,7 +57,7 @@ def test_modules_import_only_their_own_and_earlier_chapters():
     for path in sorted(PACKAGE.glob("*.py")):
         if path.stem in EXEMPT:
             continue
-        for name in sorted(imported_modules(path) - EXEMPT):
+        for name in sorted(imported_modules(path) - EXEMPT - HAND_WRITTEN):
             if chapters[name] > chapters[path.stem]:
                 importer = f"{path.stem} (chapter {chapters[path.stem]})"
                 later.append(f"{importer} imports {name} (chapter {chapters[name]})")

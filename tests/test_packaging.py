@@ -89,14 +89,18 @@ def normalized(requirement: str) -> str:
     return f"{canonicalize_name(req.name)}{extras}{specifier}{marker}"
 
 
+NOT_EXPORTED = ("results", "machinery")  # folders of the package that no notebook exports
+
+
 def package_files(directory: Path, data: bool = True) -> dict[str, bytes]:
-    """The package's files and their contents; with data=False, the modules only (not results/,
-    the runs' result files, which ship with the package but are not exported from notebooks)."""
+    """The package's files and their contents; with data=False, the generated modules only: not
+    results/ (the runs' result files, which ship with the package) nor machinery/ (modules written by
+    hand), which no notebook exports."""
     return {
         path.relative_to(directory).as_posix(): path.read_bytes()
         for path in sorted(directory.rglob("*"))
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
-        and (data or path.relative_to(directory).parts[0] != "results")
+        and (data or path.relative_to(directory).parts[0] not in NOT_EXPORTED)
     }
 
 

@@ -1,0 +1,113 @@
+"""Figures in the chapters' prose are computed, not typed.
+
+A chapter's Markdown pastes each measured figure with {glue:text}`name`; a glue cell (tagged `glue`)
+computes it from a result file the package ships (annotated_transformer.machinery.figures). These
+tests check that the glued values are those of today's result files, that every pasted name is
+glued, and that the prose types no figure of its own: a number that looks measured (decimals,
+percentages, thousands, a time, a ratio) is either pasted or listed in the notebook's metadata
+`typed_figures` with the reason it is not a measurement of ours (a figure of the paper, a setting).
+"""
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from glue_figures import glue_cells, glued_outputs, stale_cells
+
+from annotated_transformer.machinery import figures
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+GLUE_ROLE = re.compile(r"\{glue(?::text|:any)?\}`([^`]+)`")
+# What prose does not count: code, math, pasted figures, links' targets, section and chapter numbers.
+NOT_PROSE = re.compile(
+    r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$|\{glue[^}]*\}`[^`]*`|\]\([^)]*\)|<[^>]*>|"
+    r"(?:§|§§|[Ss]ections?|[Cc]hapters?|[Tt]ables?|[Ff]igures?|[Ee]quations?|arXiv:?)\s*[\d.,–\- and]+",
+    re.S,
+)
+# A figure as prose would type a measurement.
+NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+UNIT = r"(?:%|×|x\b|minutes?\b|min\b|seconds?\b|s\b|ms\b|hours?\b|days?\b)"
+TYPED_FIGURE = re.compile(
+    rf"(?<![\w.])(?:{NUMBER}\s?{UNIT}"  # 23.0 minutes, 32%, 2×, 0.4 s
+    r"|\d{1,3}(?:,\d{3})+(?:\.\d+)?"  # 9,224
+    r"|\d+\.\d+)"  # 40.73, 0.85
+)
+
+
+def markdown(notebook) -> str:
+    return "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+
+
+def typed_figures(text: str) -> list[str]:
+    """The figures a Markdown text types, as written (a number, with its unit where it has one)."""
+    return [re.sub(r"\s+", " ", found.strip()) for found in TYPED_FIGURE.findall(NOT_PROSE.sub(" ", text))]
+
+
+def allowed(notebook) -> dict[str, str]:
+    return notebook.metadata.get("typed_figures", {})
+
+
+def test_typed_figures_are_found():
+    text = ("It trained 9,224 steps in 23.0 minutes (32% of them cooling down), 2× faster; "
+            "§3.2.2 and chapter 14, `0.1`, $d_k = 64$, {glue:text}`cpu_bleu`, [a](x/1.5.html), 6 layers")
+    assert typed_figures(text) == ["9,224", "23.0 minutes", "32%", "2×"]
+
+
+def test_glue_outputs_are_what_the_display_holds():
+    output = figures.glue_output("cpu_bleu", "40.73")
+    assert output["data"] == {"application/papermill.record/text/plain": "'40.73'"}
+    assert output["metadata"]["scrapbook"] == {"name": "cpu_bleu", "mime_prefix": figures.GLUE_PREFIX}
+    with pytest.raises(TypeError, match="as text or a number"):
+        figures.glue_output("x", [1, 2])
+    with pytest.raises(ValueError, match="glue name"):
+        figures.glue_output("a b", "1")
+
+
+def test_result_reads_the_shipped_files_and_refuses_others():
+    assert figures.result("multi30k_seeds.json")["recipe"] == "multi30k"
+    assert "test" in figures.result("gpu/final.json")
+    with pytest.raises(FileNotFoundError, match="no result file 'nothing.json'"):
+        figures.result("nothing.json")
+    with pytest.raises(ValueError, match="named like"):
+        figures.result("multi30k_seeds")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_glued_figures_are_those_of_the_result_files(path):
+    """Change a value in a result file, and the glue cells that read it are stale until
+    `python tools/glue_figures.py` gives them their new outputs."""
+    notebook = nbformat.read(path, as_version=4)
+    stale = stale_cells(notebook)
+    assert not stale, f"{path.name}: glue cells {stale} are stale: run python tools/glue_figures.py {path}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_every_pasted_figure_is_glued_once(path):
+    notebook = nbformat.read(path, as_version=4)
+    names = [output["metadata"]["scrapbook"]["name"] for cell_outputs in glued_outputs(notebook)
+             for output in cell_outputs]
+    assert len(names) == len(set(names)), f"{path.name} glues a name twice: {sorted(names)}"
+    pasted = {name.split(":")[0] for name in GLUE_ROLE.findall(markdown(notebook)) if "::" not in name}
+    missing = sorted(pasted - set(names))
+    assert not missing, f"{path.name} pastes {missing}, which none of its glue cells glues"
+    for cell in glue_cells(notebook):
+        assert "remove-cell" in cell.metadata.get("tags", []), (
+            f"{path.name}: glue cell {cell.get('id')} is not tagged remove-cell (the prose shows its figures)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_the_prose_types_no_figure(path):
+    notebook = nbformat.read(path, as_version=4)
+    typed = typed_figures(markdown(notebook))
+    unexplained = sorted(set(typed) - set(allowed(notebook)))
+    assert not unexplained, (
+        f"{path.name} types {unexplained} in its prose: paste a measured figure with {{glue:text}} from a glue "
+        f"cell, or list a figure of the paper or a setting in the notebook's metadata 'typed_figures' "
+        f"with the reason"
+    )
+    unused = sorted(set(allowed(notebook)) - set(typed))
+    assert not unused, f"{path.name}'s metadata 'typed_figures' lists {unused}, which its prose does not type"
+    assert all(reason.strip() for reason in allowed(notebook).values()), f"{path.name}: a reason is empty"
