@@ -37,7 +37,8 @@ def replay_decision(decide: int, last_step: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--decide", type=int, default=6273, help="the step after which the clock decided")
     parser.add_argument("--last-step", type=int, default=9224)
@@ -51,7 +52,8 @@ def main() -> int:
     options = {"root": args.data_dir}
     run = train_translation(recipe, args.run_dir, corpus_options=options, progress=False)
     translator = Translator.load(run.run_dir)
-    scores = {split: evaluate_bleu(translator, corpus(recipe.corpus, split, **options)) for split in ("val", "test")}
+    scores = {split: evaluate_bleu(translator, corpus(recipe.corpus, split, **options))
+              for split in ("val", "test")}
     report = {"decide": args.decide, "last_step": args.last_step, "planned_steps": args.planned_steps,
               "steps": run.steps, "minutes": round(run.minutes, 1), "hardware": run.hardware,
               **{split: round(score.bleu, 2) for split, score in scores.items()},

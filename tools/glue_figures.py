@@ -65,9 +65,10 @@ def refresh(path: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks (default: book/*.ipynb)")
-    parser.add_argument("--check", action="store_true", help="only report the notebooks with stale glue cells")
+    parser.add_argument("--check", action="store_true", help="report the stale glue cells, change nothing")
     args = parser.parse_args()
     stale = 0
     for path in args.notebooks or sorted(BOOK.glob("*.ipynb")):
