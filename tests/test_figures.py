@@ -94,7 +94,7 @@ def test_every_pasted_figure_is_glued_once(path):
     assert not missing, f"{path.name} pastes {missing}, which none of its glue cells glues"
     for cell in glue_cells(notebook):
         assert "remove-cell" in cell.metadata.get("tags", []), (
-            f"{path.name}: glue cell {cell.get('id')} is not tagged remove-cell (the prose shows its figures)")
+            f"{path.name}: glue cell {cell.get('id')} is not tagged remove-cell (its figures are in the prose)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
@@ -103,8 +103,8 @@ def test_the_prose_types_no_figure(path):
     typed = typed_figures(markdown(notebook))
     unexplained = sorted(set(typed) - set(allowed(notebook)))
     assert not unexplained, (
-        f"{path.name} types {unexplained} in its prose: paste a measured figure with {{glue:text}} from a glue "
-        f"cell, or list a figure of the paper or a setting in the notebook's metadata 'typed_figures' "
+        f"{path.name} types {unexplained} in its prose: paste a measured figure with {{glue:text}} from a "
+        f"glue cell, or list a figure of the paper or a setting in the notebook's metadata 'typed_figures' "
         f"with the reason"
     )
     unused = sorted(set(allowed(notebook)) - set(typed))
