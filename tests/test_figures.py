@@ -94,7 +94,7 @@ def test_every_pasted_figure_is_glued_once(path):
     assert not missing, f"{path.name} pastes {missing}, which none of its glue cells glues"
     for cell in glue_cells(notebook):
         assert "remove-cell" in cell.metadata.get("tags", []), (
-            f"{path.name}: glue cell {cell.get('id')} is not tagged remove-cell (its figures are in the prose)")
+            f"{path.name}: glue cell {cell.get('id')} is not tagged remove-cell (the prose shows it)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
