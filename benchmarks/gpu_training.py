@@ -32,8 +32,10 @@ measured on them are replayed exactly by `--rederive`.
 **Model FLOP utilization** (`mfu`, `mfu.py`): the model FLOPs of the real (non-padding) tokens
 per second over the device's dense peak, as PaLM defines it; `mfu_with_padding` beside it counts
 every padded position, and `padding` is the share of those FLOPs spent on padding, so that
-mfu = mfu_with_padding × (1 − padding). Peaks: H100 SXM and H200 989 TFLOP/s bf16 and 495 TFLOP/s
-TF32 (`--peak-tflops` for another device).
+mfu = mfu_with_padding × (1 − padding). The peak is the GPU model's in `mfu.PEAK_TFLOPS`, dense
+bf16, or TF32 for fp32 (an SXM, a PCIe and an NVL card of the same chip have different peaks), and
+each row records it (`peak`: the model and its TFLOP/s); a GPU the table does not hold gets no MFU
+("unknown peak") unless `--peak-tflops` gives its peak.
 
 **Recipe**: `Trainer.fit` on the recipe's own model and token batches (chapter 14's pipeline,
 pinned memory and non-blocking copies on a GPU), statistics read once at the end: optimizer steps
@@ -58,7 +60,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from mfu import flop_fields, pair_flops, peak_of_gpu, peak_tflops, step_function
+from mfu import UNKNOWN_PEAK, flop_fields, pair_flops, peak_of_gpu, peak_record, step_function
 from training_throughput import TorchReference
 
 from annotated_transformer.acceleration import autocast_context, compile_forward_loss, use_fast_cuda_kernels
@@ -250,9 +252,9 @@ def base_row(args, device: torch.device, spec: dict, batches: list[Batch]) -> di
     on_device = [batch.to(device) for batch in batches]
     step = training_step(model, lambda batch: loss_of(*batch.tensors()), device, precision)
     result = time_steps(step, on_device, device, args.warmup)
-    peak = peak_tflops(device, precision, args.peak_tflops)
+    peak = peak_record(device, precision, args.peak_tflops)
     row = {**spec, **result, **flop_fields(pair_flops(config, implementation), batches[1 + args.warmup :],
-                                           result["tokens_per_s"], peak)}
+                                           result["tokens_per_s"], peak["tflops"]), "peak": peak}
     print_base_row(row, flush=True)
     return row
 
@@ -263,11 +265,14 @@ def percent(value: float | None) -> str:
 
 def print_base_row(row: dict, flush: bool = False) -> None:
     mode = "compiled" if row["compiled"] else "eager"
+    if row.get("peak", {}).get("source") == UNKNOWN_PEAK:
+        mfu = f"MFU unknown peak ({row['peak']['device']})"
+    else:
+        mfu = f"MFU {percent(row['mfu'])} (with padding {percent(row['mfu_with_padding'])})"
     print(
         f"{row['implementation']:21} {row['precision']:5} {mode:8} {row['tokens_per_s']:>12,.0f} tok/s "
         f"{row['steps_per_s']:7.2f} steps/s  {row['flops_per_s'] / 1e12:7.1f} TFLOP/s  "
-        f"MFU {percent(row['mfu'])} "
-        f"(with padding {percent(row['mfu_with_padding'])})  first step {row['first_step_s']:6.1f} s",
+        f"{mfu}  first step {row['first_step_s']:6.1f} s",
         flush=flush,
     )
 
@@ -490,7 +495,8 @@ def summarize(results: dict) -> None:
         print(
             f"fastest of ours: {best['precision']} {'compiled' if best['compiled'] else 'eager'}, "
             f"{best['tokens_per_s']:,.0f} tok/s"
-            + (f", MFU {100 * best['mfu']:.1f}% on real tokens" if best["mfu"] else "")
+            + (f", MFU {100 * best['mfu']:.1f}% on real tokens" if best["mfu"] is not None
+               else ", MFU not computed (unknown peak)")
         )
     for name in dict.fromkeys(r["recipe"] for r in results["recipe"]):
         rows = {r["compiled"]: r for r in results["recipe"] if r["recipe"] == name}

@@ -19,26 +19,74 @@ from annotated_transformer.batching import Batch, make_batch
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.regularization import LabelSmoothingLoss
 
-PEAK_TFLOPS = {  # dense, per GPU: (bf16, tf32)
-    "H100": (989.4, 494.7),
-    "H200": (989.4, 494.7),
-    "A100": (312.0, 156.0),
+PEAK_TFLOPS = {  # dense TFLOP/s per GPU, (bf16 = fp16, tf32): half the figures of NVIDIA's datasheets,
+    # which are "with sparsity" (the SXM's 989.4 and 494.7 as NVIDIA's Hopper whitepaper gives them)
+    "H100 SXM": (989.4, 494.7),
+    "H100 PCIe": (756.5, 378.0),
+    "H100 NVL": (835.5, 417.5),
+    "H200 SXM": (989.4, 494.7),
+    "H200 NVL": (835.5, 417.5),
+    "A100 SXM": (312.0, 156.0),
+    "A100 PCIe": (312.0, 156.0),
 }
+UNKNOWN_PEAK = "unknown peak"  # a GPU that PEAK_TFLOPS does not hold: no MFU, rather than a guess
 
 
-def peak_tflops(device: torch.device, precision: str, override: float | None) -> float | None:
-    if override is not None:
-        return override
-    if device.type != "cuda":
+def gpu_model(name: str) -> str | None:
+    """The PEAK_TFLOPS model of a device name as `torch.cuda.get_device_name` gives it, or None.
+
+    "NVIDIA H100 80GB HBM3" is the SXM H100 (the PCIe card has HBM2e and says "PCIe"), "NVIDIA
+    H200" the SXM H200; "NVL" in a name is the NVL card. A name that does not say which form of an
+    H100 it is, a MIG slice, or another GPU altogether (a GH200, an H800, an H20), is not guessed."""
+    words = name.upper().replace("-", " ").split()
+    if "MIG" in words:  # a slice of the GPU: a share of its peak
         return None
-    return peak_of_gpu(torch.cuda.get_device_name(device), precision)
+    for chip in ("H100", "H200", "A100"):
+        if chip in words:
+            break
+    else:
+        return None
+    if "NVL" in words:
+        form = "NVL"
+    elif "PCIE" in words:
+        form = "PCIe"
+    elif any(word.startswith("SXM") for word in words) or (chip == "H100" and "HBM3" in words):
+        form = "SXM"
+    elif chip == "H200":  # the H200 comes as SXM or NVL; the SXM one is called just "NVIDIA H200"
+        form = "SXM"
+    else:
+        return None
+    model = f"{chip} {form}"
+    return model if model in PEAK_TFLOPS else None
 
 
 def peak_of_gpu(name: str, precision: str) -> float | None:
-    for key, (bf16, tf32) in PEAK_TFLOPS.items():
-        if key in name:
-            return bf16 if precision == "bf16" else tf32
-    return None
+    """The dense peak (TFLOP/s) of the GPU called `name` for `precision`, None where unknown:
+    bf16 and fp16 run on the same tensor cores, fp32 as TF32 matrix products (chapter 9)."""
+    model = gpu_model(name)
+    if model is None:
+        return None
+    bf16, tf32 = PEAK_TFLOPS[model]
+    return bf16 if precision in ("bf16", "fp16") else tf32
+
+
+def peak_record(device: torch.device, precision: str, override: float | None) -> dict:
+    """Which peak a row's MFU is over: `source` "PEAK_TFLOPS" (the GPU's `model` there and its
+    `tflops`), "--peak-tflops" (the figure given), or UNKNOWN_PEAK (`tflops` None: no MFU)."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    model = gpu_model(gpu) if gpu is not None else None
+    if override is not None:
+        source, tflops = "--peak-tflops", override
+    elif model is not None:
+        source, tflops = "PEAK_TFLOPS", peak_of_gpu(gpu, precision)
+    else:
+        source, tflops = UNKNOWN_PEAK, None
+    return {"source": source, "model": model, "tflops": tflops, "precision": precision,
+            "device": gpu or str(device)}
+
+
+def peak_tflops(device: torch.device, precision: str, override: float | None) -> float | None:
+    return peak_record(device, precision, override)["tflops"]
 
 
 def step_function(model, implementation: str, criterion: LabelSmoothingLoss) -> Callable:

@@ -37,6 +37,8 @@ def test_the_gpu_benchmark_runs_every_row_in_tiny_mode_and_adds_the_missing_ones
     assert {r["precision"] for r in base[:4]} == {"bf16"}  # the GPU's precision first
     assert all(r["lengths"] == "builtin" and r["tokens_per_s"] > 0 and r["flops_per_s"] > 0 for r in base)
     assert all(r["mfu"] is None and r["mfu_with_padding"] is None for r in base)  # no peak on a CPU
+    assert all(r["peak"] == {"source": "unknown peak", "model": None, "tflops": None,
+                             "precision": r["precision"], "device": "cpu"} for r in base)
     assert all(r["flops_per_s"] <= r["flops_with_padding_per_s"] for r in base)
     assert [(r["recipe"], r["compiled"]) for r in recipe] == [
         ("multi30k", False), ("multi30k-gpu", False), ("multi30k", True), ("multi30k-gpu", True)
@@ -64,8 +66,74 @@ def test_the_gpu_benchmark_leaves_out_the_rows_past_its_time(tmp_path):
 def test_mfu_uses_the_named_peak():
     assert mfu.peak_tflops(torch.device("cpu"), "bf16", None) is None
     assert mfu.peak_tflops(torch.device("cpu"), "bf16", 100.0) == 100.0
-    assert mfu.peak_of_gpu("NVIDIA H200", "bf16") == 989.4
-    assert mfu.peak_of_gpu("NVIDIA H100 80GB HBM3", "fp32") == 494.7
+    assert mfu.peak_record(torch.device("cpu"), "bf16", 100.0)["source"] == "--peak-tflops"
+    assert mfu.peak_record(torch.device("cpu"), "bf16", None) == {
+        "source": "unknown peak", "model": None, "tflops": None, "precision": "bf16", "device": "cpu"}
+
+
+GPU_NAMES = {  # names as torch.cuda.get_device_name gives them: the model, its dense bf16 and TF32 peaks
+    "NVIDIA H100 80GB HBM3": ("H100 SXM", 989.4, 494.7),
+    "NVIDIA H100 PCIe": ("H100 PCIe", 756.5, 378.0),
+    "NVIDIA H100 NVL": ("H100 NVL", 835.5, 417.5),
+    "NVIDIA H200": ("H200 SXM", 989.4, 494.7),
+    "NVIDIA H200 NVL": ("H200 NVL", 835.5, 417.5),
+    "NVIDIA A100-SXM4-80GB": ("A100 SXM", 312.0, 156.0),
+    "NVIDIA A100-SXM4-40GB": ("A100 SXM", 312.0, 156.0),
+    "NVIDIA A100-PCIE-40GB": ("A100 PCIe", 312.0, 156.0),
+    "NVIDIA A100 80GB PCIe": ("A100 PCIe", 312.0, 156.0),
+}
+UNKNOWN_GPUS = [
+    "NVIDIA GH200 480GB",  # "H200" inside another name
+    "NVIDIA H800", "NVIDIA H20", "NVIDIA L4", "Tesla V100-SXM2-16GB", "NVIDIA GeForce RTX 4090",
+    "NVIDIA H100",  # which H100: SXM, PCIe or NVL? not guessed
+    "NVIDIA H100 80GB HBM3 MIG 1g.10gb",  # a slice of one
+]
+
+
+@pytest.mark.parametrize("name", GPU_NAMES)
+def test_each_gpu_model_has_its_own_peak(name):
+    model, bf16, tf32 = GPU_NAMES[name]
+    assert mfu.gpu_model(name) == model and mfu.PEAK_TFLOPS[model] == (bf16, tf32)
+    assert mfu.peak_of_gpu(name, "bf16") == mfu.peak_of_gpu(name, "fp16") == bf16
+    assert mfu.peak_of_gpu(name, "fp32") == tf32  # TF32 matrix products
+
+
+@pytest.mark.parametrize("name", UNKNOWN_GPUS)
+def test_a_gpu_the_table_does_not_hold_gets_no_peak_and_no_mfu(name, monkeypatch, capsys):
+    assert mfu.gpu_model(name) is None and mfu.peak_of_gpu(name, "bf16") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    peak = mfu.peak_record(torch.device("cuda"), "bf16", None)
+    assert peak == {"source": "unknown peak", "model": None, "tflops": None, "precision": "bf16",
+                    "device": name}
+    config = gpu_training.base_config(gpu_training.parse_args(["--tiny"]))
+    batches = [make_batch([([5] * 7, [6] * 3)])]
+    fields = mfu.flop_fields(mfu.pair_flops(config), batches, 1000.0, peak["tflops"])
+    assert fields["mfu"] is None and fields["mfu_with_padding"] is None and fields["flops_per_s"] > 0
+    row = {"implementation": "ours", "precision": "bf16", "compiled": False, "tokens_per_s": 1000.0,
+           "steps_per_s": 1.0, "first_step_s": 1.0, **fields, "peak": peak}
+    gpu_training.print_base_row(row)  # the benchmark's row and summary say so
+    gpu_training.summarize({"base": [row], "recipe": [], "left_out": []})
+    printed = capsys.readouterr().out.splitlines()
+    assert f"MFU unknown peak ({name})" in printed[0] and "%" not in printed[0]
+    assert printed[1].endswith("MFU not computed (unknown peak)")
+
+
+def test_a_known_gpu_is_recorded_with_its_model_and_peak(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    assert mfu.peak_record(torch.device("cuda"), "bf16", None) == {
+        "source": "PEAK_TFLOPS", "model": "H100 PCIe", "tflops": 756.5, "precision": "bf16",
+        "device": "NVIDIA H100 PCIe"}
+    given = mfu.peak_record(torch.device("cuda"), "bf16", 700.0)  # --peak-tflops wins over the table
+    assert given["source"] == "--peak-tflops" and given["tflops"] == 700.0
+
+
+def test_the_committed_gpu_rows_used_the_peak_of_their_gpu():
+    committed = json.loads(BENCH.read_text(encoding="utf-8"))
+    for row in committed["base"]:
+        gpu = row["hardware"]["gpu"]
+        assert mfu.gpu_model(gpu) == "H200 SXM"
+        assert row["peak_tflops"] == mfu.peak_of_gpu(gpu, row["precision"]) == 989.4
+        assert row["mfu"] == pytest.approx(row["flops_per_s"] / (row["peak_tflops"] * 1e12), rel=1e-12)
 
 
 @pytest.mark.parametrize("implementation", ["ours", "torch.nn.Transformer"])

@@ -624,3 +624,51 @@ def test_the_deviations_page_names_the_recipes_with_a_cooldown():
     assert named("end with a linear cooldown") == {name for name, share in cooldowns.items() if share > 0}
     assert named("keep the paper's schedule") == {name for name, share in cooldowns.items() if share == 0}
     assert all(f"cooldown={r.train.cooldown}" in schedule for r in RECIPES.values() if r.train.cooldown > 0)
+
+
+def nll_with_dropout(model, batches) -> float:
+    """The held-out cross-entropy as `evaluate` computes it, but in train mode: dropout on."""
+    from annotated_transformer.batching import PAD
+    from annotated_transformer.regularization import token_nll
+
+    with torch.no_grad():
+        nll = sum(token_nll(model(b.src, b.tgt_in, b.src_mask, b.tgt_mask), b.tgt_out, PAD).item()
+                  for b in batches)
+    return nll / sum(b.n_tokens for b in batches)
+
+
+def test_the_validators_cross_entropy_is_evaluates_without_dropout(monkeypatch):
+    """A model with dropout, in train mode (as the Trainer hands it to the Validator): `val_nll` is
+    `evaluate`'s cross-entropy of the model in eval mode on the same batches, the same at every call,
+    and the model is left in train mode, for the steps that follow."""
+    import copy
+
+    from annotated_transformer import translation
+    from annotated_transformer.model import make_model
+    from annotated_transformer.tokenization import encode_pairs, token_batches
+    from annotated_transformer.training import evaluate
+
+    vocabs = build_vocabularies(builtin_corpus("train")[:300], "word", min_freq=1)
+    torch.manual_seed(0)
+    model = make_model(dataclasses.replace(tiny_recipe().model_config(vocabs), dropout=0.3)).train()
+    pairs = builtin_corpus("val")[:20]
+    batches = list(token_batches(encode_pairs(pairs, vocabs), 200, shuffle=False)(0))  # the Validator's
+    validator = Validator(pairs, every=1, batch_tokens=200)
+    first = validator(model, vocabs)
+    assert model.training  # left as it was, greedy BLEU included
+    assert validator(model, vocabs) == first and model.training  # nll and BLEU: no dropout in either
+    expected = evaluate(copy.deepcopy(model).eval(), batches)["nll"]
+    assert first["val_nll"] == expected  # the same computation on the same batches: exactly
+
+    # The test can fail: a Validator that scored the model as it receives it, in train mode, would
+    # give the cross-entropy with dropout on, far from the one without, and another one at each call
+    # (other dropout masks): made so below, by an `evaluate` without its `model.eval()`, it breaks
+    # the assertions above. (So does a Validator that leaves the model in eval mode after its greedy
+    # BLEU: without its `model.train(was_training)`, `assert model.training` fails.)
+    with_dropout = nll_with_dropout(copy.deepcopy(model).train(), batches)
+    assert abs(with_dropout - expected) > 1e-3
+    monkeypatch.setattr(translation, "evaluate",
+                        lambda model, batches: {"nll": nll_with_dropout(model, batches)})
+    broken = Validator(pairs, every=1, with_bleu=False, batch_tokens=200)
+    assert abs(broken(model, vocabs)["val_nll"] - expected) > 1e-3
+    assert broken(model, vocabs)["val_nll"] != broken(model, vocabs)["val_nll"]
