@@ -46,7 +46,7 @@ from pathlib import Path
 import gpu_training
 import torch
 import torch.nn.functional as F
-from mfu import PairFlops, flop_fields, pair_flops, peak_tflops
+from mfu import PairFlops, flop_fields, pair_flops, peak_record
 from torch import Tensor
 
 from annotated_transformer.acceleration import use_fast_cuda_kernels
@@ -262,8 +262,9 @@ def lever_row(args, device: torch.device, spec: dict, batches: list[StepBatch], 
     step = gpu_training.training_step(model, loss_of, device, "bf16")
     result = gpu_training.time_steps(step, [b.to(device) for b in batches], device, warmup)
     timed = [b.batch for b in batches[1 + warmup :]]
-    peak = peak_tflops(device, "bf16", args.peak_tflops)
-    row = {**spec, **result, **flop_fields(flops, timed, result["tokens_per_s"], peak)}
+    peak = peak_record(device, "bf16", args.peak_tflops)
+    row = {**spec, **result, **flop_fields(flops, timed, result["tokens_per_s"], peak["tflops"]),
+           "peak": peak}
     mode = "compiled" if row["compiled"] else "eager"
     print(f"{lever:18} {mode:8} {row['tokens_per_s']:>12,.0f} tok/s {row['steps_per_s']:7.2f} steps/s  "
           f"MFU {gpu_training.percent(row['mfu'])}  "

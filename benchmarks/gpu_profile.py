@@ -24,7 +24,7 @@ from pathlib import Path
 
 import gpu_training
 import torch
-from mfu import flop_fields, pair_flops, peak_tflops, step_function
+from mfu import flop_fields, pair_flops, peak_record, step_function
 from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.acceleration import use_fast_cuda_kernels
@@ -95,9 +95,9 @@ def profile_step(args, device: torch.device) -> dict:
             step(batch)
         gpu_training.synchronize(device)
     tokens_per_s = sum(batch.n_tokens for batch in timed) / (step_ms / 1000 * len(timed))
-    peak = peak_tflops(device, args.precision, args.peak_tflops)
+    peak = peak_record(device, args.precision, args.peak_tflops)
     timed_on_cpu = cpu_batches[1 + args.warmup : 1 + args.warmup + args.steps]
-    flops = flop_fields(pair_flops(config), timed_on_cpu, tokens_per_s, peak)
+    flops = {**flop_fields(pair_flops(config), timed_on_cpu, tokens_per_s, peak["tflops"]), "peak": peak}
     return summarize(device_events(prof, device), args.steps, step_ms, flops)
 
 
@@ -116,6 +116,7 @@ def summarize(events, steps: int, step_ms: float, flops: dict, top: int = 25) ->
         "mfu": flops["mfu"],
         "mfu_with_padding": flops["mfu_with_padding"],
         "padding": flops["padding"],
+        "peak": flops["peak"],
         "kinds": [{"kind": kind, "ms": ms, "share": ms / busy_ms}
                   for kind, ms in sorted(kinds.items(), key=lambda item: -item[1])],
         "kernels": [{"name": name[:160], "kind": kind_of(name), "calls": calls / steps,
