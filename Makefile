@@ -125,7 +125,7 @@ $(CHROMIUM):
 	@test -x $@ && echo "chromium: $$($@ --version 2>/dev/null)"
 
 # The checked outputs must not depend on the CPU: nbval and the unit tests once under each float32
-# kernel family this CPU has (ATEN_CPU_CAPABILITY=default, avx2, avx512). About 6 minutes a family.
+# kernel family this CPU has (ATEN_CPU_CAPABILITY=default, avx2, avx512).
 test-cpus: setup
 	$(BIN)/python tools/check_cpu_kernels.py
 

@@ -49,7 +49,7 @@ GUESS = 0.5
 GUESSED_MINUTES = {
     "09_training": 1.5, "10_long_runs": 2.0, "11_decoding": 1.0, "12_data": 1.0,
     "13_tokenization": 1.5,
-    "14_translation": 30.0,  # its recipe trains for 30 minutes by the clock when its run is missing
+    "14_translation": 30.0,  # the multi30k recipe's time limit, when its run is missing
     "15_distributed": 2.0, "16_command_line": 2.0, "17_why_self_attention": 3.0,
     "18_variations": 60.0, "19_layer_norm": 60.0,  # Table 3's runs and the post-/pre-LN runs
     "20_gpu": 6.0,

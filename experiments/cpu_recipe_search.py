@@ -95,9 +95,9 @@ CANDIDATES = {
 
 # The second stage: whole 30-minute runs on two cores (§5.3's schedule to step 3,000, stopped by the
 # clock, against cooldowns). A cooldown (chapter 7, a share of --max-steps) needs a last step that 30
-# minutes reach on the machine that runs the search: "cooldown-0.36" was sized for an AMD EPYC (about
-# 57 word steps a minute), the others for an Intel Xeon with AVX-512 (about 96 word steps, 79 BPE
-# steps a minute). "bpe4000-cooldown-0.32" has the options of today's `multi30k` recipe: chapter 14
+# minutes reach on the machine that runs the search: "cooldown-0.36" was sized for an AMD EPYC, the
+# others for a faster Intel Xeon with AVX-512 (each run's steps and minutes: multi30k_search.json,
+# "30-minute runs"). "bpe4000-cooldown-0.32" has the options of today's `multi30k` recipe: chapter 14
 # trains it in book/runs/multi30k, which can be copied to runs/search/30min-bpe4000-cooldown-0.32 to
 # be scored here.
 THIRTY_MINUTE_BASE = [*WORD_RECIPE, "--average-last", "3", "--max-minutes", "30"]
@@ -120,12 +120,12 @@ THIRTY_MINUTE_CANDIDATES = {
         "--cooldown",
         "0.32",
     ],
-    # Half the pieces: a step about a fifth cheaper, so 2,650 steps fit in the half hour.
+    # Half the pieces: a cheaper step, so more steps fit in the half hour.
     "bpe4000-cooldown-0.32": BPE4000_RECIPE,
     # The same options, trained since a run fits its cooldown to the clock (chapter 10's ClockFit):
-    # on a CPU too slow for 2,650 steps in 30 minutes the cooldown ends when the time does, where
-    # "bpe4000-cooldown-0.32" (trained before it, on the AMD EPYC) was stopped by the clock 84 steps
-    # into a cooldown planned for 848.
+    # on a CPU too slow for its steps in 30 minutes the cooldown ends when the time does, where
+    # "bpe4000-cooldown-0.32" (trained before it, on the AMD EPYC) was stopped by the clock early in
+    # its cooldown (its steps: multi30k_search.json).
     "bpe4000-clock-fitted": BPE4000_RECIPE,
     # Half the batch, the same rate per step: twice the optimizer steps in the same time.
     "bpe4000-tokens2000": [*BPE4000_RECIPE, "--max-tokens", "2000", "--max-steps", "5300"],
@@ -158,11 +158,11 @@ THIRTY_MINUTE_CANDIDATES = {
     # The shape of "warmup3200-lr1.0" with a peak 30% higher: the warmup-4,000 run, whose ramp
     # ended lower (the cooldown began before its peak), scored below it, so the peak may still be low.
     "bpe4000-tokens1000-warmup3200-lr1.3": [*WARMUP3200_RECIPE, "--lr-factor", "1.3"],
-    # The recipe without dropout: a step about 4% cheaper (benchmarks/dropout_share.py), and the
-    # first stage found dropout 0 level with 0.1 at 4M tokens (a 30-minute run sees about 5M).
+    # The recipe without dropout: a cheaper step (benchmarks/dropout_share.py measures by how much),
+    # and the first stage found dropout 0 level with 0.1 at its shorter runs.
     "bpe4000-tokens1000-warmup3200-lr1.0-p0.0": [*WARMUP3200_RECIPE, "--dropout", "0.0"],
     # Without dropout the run scored two points lower, and the recipe's run already fits its
-    # training sentences far better than the validation ones (cross-entropy 0.97 against 1.58):
+    # training sentences far better than the validation ones (multi30k_search.json, "cross-entropy"):
     # more dropout, as the paper's big model has (Table 3).
     "bpe4000-tokens1000-warmup3200-lr1.0-p0.2": [*WARMUP3200_RECIPE, "--dropout", "0.2"],
     # The seventh stage: the best of experiments/gpu_recipe_search.py (changes to the recipe at the steps

@@ -32,26 +32,11 @@ from annotated_transformer.files import atomic_write_text
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # one CPU thread per run: many runs share the machine
 
-# Minutes per 100 steps on two cores of an AMD EPYC (AVX2 kernels, torch 2.13.0+cpu), `train --config
-# multi30k --max-steps 300` with the candidate's options, steps 100 to 300, one run after another.
-# Measured (the recipe twice: 0.602 while another job ran, 0.561 alone): dff1024 0.626, L2 0.428,
-# L4 0.682, L2-dff1024 0.536, d320 0.708, enc4-dec2 0.462, enc5-dec1 0.524, v3000 0.520, v6000 0.692.
-# One run's figure varies by about ±10% on that machine, so the model shapes use a least-squares fit
-# over those 8 measurements, 0.160 + 0.00999 × GFLOPs per step + 0.00596 × sub-layers × d_model/256
-# (a step's matrix products, and its per-layer work: normalization, softmax, dropout, residuals);
-# the vocabularies, whose cost the fit cannot see, keep their measured ratio to the recipe.
-CPU_MINUTES_PER_100_STEPS = {
-    "recipe": 0.547,
-    "dff1024": 0.641,
-    "L2": 0.438,
-    "L4": 0.655,
-    "L2-dff1024": 0.501,
-    "d320": 0.717,
-    "enc4-dec2": 0.525,
-    "enc5-dec1": 0.503,
-    "v3000": round(0.547 * 0.520 / 0.561, 3),
-    "v6000": round(0.547 * 0.692 / 0.561, 3),
-}
+# Minutes per 100 steps of each candidate on a CPU: measured, then smoothed by a least-squares fit
+# over the model shapes (experiments/cpu_step_costs.json says how, on which machine, and holds both).
+STEP_COSTS = Path(__file__).resolve().parent / "cpu_step_costs.json"
+CPU_MINUTES_PER_100_STEPS: dict[str, float] = json.loads(STEP_COSTS.read_text(encoding="utf-8"))[
+    "minutes_per_100_steps"]
 
 # The recipe this search changed: `--config multi30k` as it was then (BPE 4,000, 3 layers, d_model
 # 256, d_ff 512, 4 heads, dropout 0.1, batches of 1,000 tokens, warmup 3,200, cooldown 32%). The
