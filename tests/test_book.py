@@ -242,3 +242,30 @@ def test_each_defect_is_reported(context, tmp_path):
     missing = [text for text in expected if text not in problems]
     assert not missing, f"not reported: {missing}\nreport:\n{problems}"
     assert report.external_links == 1
+
+
+def test_code_that_scrolls_sideways_is_reported(context, tmp_path):
+    # In a 1,440-pixel window, a column 600 pixels wide: a 110-character line of code does not fit,
+    # in sight or in a collapsed cell; an output whose long line wraps, or a short line, does.
+    long_line = "x = 1  # " + "a comment that says why " * 4 + "and more"
+    cell = (
+        '<div class="cell docutils container"><div class="cell_input docutils container">'
+        '<div class="highlight"><pre style="overflow: auto">{code}</pre></div></div>'
+        '<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi">'
+        '<pre style="overflow: auto; white-space: pre-wrap">{output}</pre></div></div></div>'
+    )
+    wide = page(
+        '<h1>Code</h1><div style="width: 600px">'
+        + cell.format(code=long_line, output="a long output line that wraps " * 8)
+        + cell.format(code="x = 1", output="short")
+        + "<details><summary>Show code cell source</summary>"
+        + cell.format(code=long_line.replace("x = 1", "y = 2"), output="")
+        + "</details></div>"
+    )
+    root = site(tmp_path, {"wide.html": wide}, mathjax=False)
+    report = check_page(context, root / "wide.html", root)
+    problems = "\n".join(report.problems)
+    assert report.code_blocks == 6, report
+    assert "scrolls sideways in a 1440-pixel window (2 of 6 code blocks)" in problems, problems
+    assert "code cell 1" in problems and "code cell 3" in problems and "output" not in problems, problems
+    assert f"a line of {len(long_line)} characters: x = 1  # a comment" in problems, problems

@@ -18,6 +18,9 @@ browser cannot resolve any host name. A page fails when, once it has loaded and 
 - a notebook output shows an error (a traceback, or an error word in a stderr output);
 - an nbdev directive (`#| export`, `#| default_exp ...`) is visible in a code block;
 - pydata-sphinx-theme's header bar shows across the top (with nothing but a second search field);
+- a code block (a code cell's source, a cell's text output, or a code block in the text) scrolls
+  sideways, or is cut off, in a window 1,440 pixels wide (a common laptop's): the ends of its lines
+  would be out of sight. Collapsed cells are opened first, as a reader would;
 - the numbering is wrong: chapter N's title, heading and sidebar entry must start with "N.", the
   sidebar must number the chapters 1, 2, ... without a gap across parts, and the cover page and
   the pages of unnumbered parts (the conclusion) must have no number.
@@ -63,6 +66,8 @@ CHROMIUM_ARGS = [
 LOCAL_SCHEMES = ("file:", "data:", "blob:", "about:")
 # How long a page may take to load and typeset its math (MathJax on the longest chapter: ~2 s).
 PAGE_TIMEOUT_MS = 60_000
+# The window every page is opened in: a common laptop's. No code block may scroll sideways in it.
+VIEWPORT = {"width": 1440, "height": 900}
 SHOWN = 3  # examples shown per kind of problem
 
 # Collects what the checks need, in the page, after it has loaded. Takes the time limit (ms).
@@ -152,10 +157,29 @@ async (timeoutMs) => {
     headingText = text(copy);
   }
 
+  // Code blocks wider than their box (they scroll sideways, or are cut off), with collapsed cells
+  // opened as a reader would open them. Last, since it opens them.
+  document.querySelectorAll("details").forEach((el) => { el.open = true; });
+  const kinds = [];
+  const wide = [];
+  for (const pre of document.querySelectorAll("pre")) {
+    const kind = pre.closest(".cell_input") ? "code cell" : pre.closest(".cell_output") ? "output"
+      : "code block";
+    kinds.push(kind);
+    const over = pre.scrollWidth - pre.clientWidth;
+    if (over > 1) {
+      const longest = pre.textContent.split("\n").reduce((a, b) => (b.length > a.length ? b : a), "");
+      const number = kinds.filter((k) => k === kind).length;
+      wide.push(`${kind} ${number} (${over} px too wide; a line of ${longest.length} characters: ` +
+        `${longest.trim().slice(0, 60)})`);
+    }
+  }
+
   return {
     mathjax, math: mathNodes.length, untypeset, mathErrors, rawTex, images: images.length,
     brokenImages, failedFonts, links, notebookErrors, directives,
-    title: document.title, heading: headingText, sidebar, headerBar,
+    title: document.title, heading: headingText, sidebar, headerBar, codeBlocks: kinds.length, wide,
+    window: window.innerWidth,
   };
 }
 """
@@ -177,6 +201,7 @@ class PageReport:
     math: int = 0
     typeset: int = 0
     images: int = 0
+    code_blocks: int = 0
     internal_links: int = 0
     external_links: int = 0
     seconds: float = 0.0
@@ -189,6 +214,7 @@ class PageReport:
         status = "ok  " if not self.problems else "FAIL"
         line = (
             f"{status} {name}: {self.typeset}/{self.math} formulas typeset, {self.images} images, "
+            f"{self.code_blocks} code blocks, "
             f"{self.internal_links} internal links ({self.external_links} external, not followed), "
             f"{self.seconds:.1f} s"
         )
@@ -339,6 +365,12 @@ def check_page(context, path: Path, site: Path, numbering: Numbering | None = No
         )
     if data["headerBar"]:
         problems.append("a header bar across the top of the page (a second search field)")
+    report.code_blocks = data["codeBlocks"]
+    if data["wide"]:
+        problems.append(
+            f"scrolls sideways in a {data['window']}-pixel window ({len(data['wide'])} of "
+            f"{data['codeBlocks']} code blocks): {_examples(data['wide'])}"
+        )
     if numbering is not None:
         problems.extend(numbering_problems(data, numbering))
     report.seconds = time.perf_counter() - start
@@ -362,6 +394,7 @@ def browser(chromium: str = CHROMIUM) -> Iterator[object]:
             headless=True,
             args=CHROMIUM_ARGS,
             service_workers="block",
+            viewport=VIEWPORT,
         )
         try:
             yield context
@@ -418,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"browser-test: {len(reports)} pages, {len(reports) - len(bad)} clean, {len(bad)} with problems "
         f"({sum(len(r.problems) for r in bad)} problems); {formulas[0]}/{formulas[1]} formulas typeset, "
-        f"{sum(r.images for r in reports)} images, {sum(r.internal_links for r in reports)} internal links; "
+        f"{sum(r.images for r in reports)} images, {sum(r.code_blocks for r in reports)} code blocks, "
+        f"{sum(r.internal_links for r in reports)} internal links; "
         f"offline, {seconds:.1f} s"
     )
     return 1 if bad else 0
