@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.files import atomic_write_text
 from annotated_transformer.long_run import ClockFit
 
@@ -50,6 +51,7 @@ def main() -> int:
     # A limit no run reaches: ClockFit is active (it needs one), the replayed decision does the rest.
     recipe = get_recipe("multi30k").replace(max_steps=args.planned_steps, max_minutes=1e6)
     options = {"root": args.data_dir}
+    configure_process()  # the process-wide settings of a program that trains (chapter 9)
     run = train_translation(recipe, args.run_dir, corpus_options=options, progress=False)
     translator = Translator.load(run.run_dir)
     scores = {split: evaluate_bleu(translator, corpus(recipe.corpus, split, **options))
