@@ -16,7 +16,8 @@ import torch
 import torch.distributed
 
 from .batching import Batch
-from .training import StepStats, Trainer, _add_to_class
+from .training import StepStats, Trainer
+from .machinery.classes import add_to_class as _add_to_class
 from .checkpoints import CheckpointDirectory, CheckpointError
 from .run_directory import RunDirectory, RunHistory, note, peek_extra, record_hardware
 

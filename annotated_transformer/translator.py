@@ -24,7 +24,7 @@ from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenization import Vocabularies, VocabularyError
 from .tokenization import _check_count, _check_pairs, _check_texts, _shown
-from .training import _add_to_class
+from .machinery.classes import add_to_class as _add_to_class
 from .checkpoints import read_checkpoint
 from .hardware import check_device
 from .run_directory import RunDirectory

@@ -8,6 +8,7 @@ import argparse
 
 import torch
 
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.training import train_copy_task
 
 
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1, fastest here)")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    configure_process(args.device)  # the process-wide settings of a program that trains (chapter 9)
     for seed in args.seeds:
         result = run(seed, args.threads, args.device)
         print(f"seed {seed}: {result['exact_match']:.1%} of {result['n_held_out']} held-out sequences copied "

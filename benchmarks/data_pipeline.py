@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention import padding_mask, target_mask
 from annotated_transformer.batching import BOS, EOS, PAD, Batch
 from annotated_transformer.data import corpus
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    configure_process(args.device)  # the process-wide settings of a program that trains (chapter 9)
     options = {"root": args.data_dir} if args.data_dir else {}
     result = run(
         args.steps, args.max_tokens, threads=args.threads, corpus_options=options, device=args.device

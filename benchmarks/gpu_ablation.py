@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from mfu import PairFlops, flop_fields, pair_flops, peak_record
 from torch import Tensor
 
-from annotated_transformer.acceleration import use_fast_cuda_kernels
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention import padding_mask, target_mask
 from annotated_transformer.batching import Batch, batch_by_tokens
 from annotated_transformer.model import Transformer, TransformerConfig, make_model
@@ -310,8 +310,7 @@ def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     device = torch.device(args.device)
-    if device.type == "cuda":
-        use_fast_cuda_kernels()  # as the Trainer (chapter 9)
+    configure_process(device)  # the process-wide settings of a program that trains (chapter 9)
     info = gpu_training.describe_device(device)
     print(", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
     results = gpu_training.load_results(args.out, tables=("levers",))

@@ -27,7 +27,7 @@ import torch
 from mfu import flop_fields, pair_flops, peak_record, step_function
 from torch.profiler import ProfilerActivity, profile
 
-from annotated_transformer.acceleration import use_fast_cuda_kernels
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.files import atomic_write_text
 from annotated_transformer.model import make_model
 from annotated_transformer.regularization import LabelSmoothingLoss
@@ -165,8 +165,7 @@ def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     device = torch.device(args.device)
-    if device.type == "cuda":
-        use_fast_cuda_kernels()  # as the Trainer (chapter 9)
+    configure_process(device)  # the process-wide settings of a program that trains (chapter 9)
     result = {
         "hardware": gpu_training.describe_device(device),
         "command": gpu_training.command_line("benchmarks/gpu_profile.py", argv),

@@ -63,7 +63,7 @@ import torch
 from mfu import UNKNOWN_PEAK, flop_fields, pair_flops, peak_of_gpu, peak_record, step_function
 from training_throughput import TorchReference
 
-from annotated_transformer.acceleration import autocast_context, compile_forward_loss, use_fast_cuda_kernels
+from annotated_transformer.acceleration import autocast_context, compile_forward_loss, configure_process
 from annotated_transformer.batching import Batch, batch_by_tokens, make_batch
 from annotated_transformer.data import corpus
 from annotated_transformer.files import atomic_write_text
@@ -445,8 +445,7 @@ def main(argv=None) -> dict:
     if args.rederive is not None:
         return rederive(args.rederive, command)
     device = torch.device(args.device)
-    if device.type == "cuda":
-        use_fast_cuda_kernels()  # TF32, and no cuDNN attention kernel, as the Trainer (chapter 9)
+    configure_process(device)  # TF32 and no cuDNN attention kernel on a GPU, as for training (chapter 9)
     info = describe_device(device)
     print(", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
     results = load_results(args.out)

@@ -42,6 +42,7 @@ import gpu_finale
 import torch
 from gpu_finale import command_line
 
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.checkpoints import checkpoint_paths
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.run_directory import RunDirectory
@@ -92,6 +93,7 @@ def train_one(args: argparse.Namespace) -> int:
     recipe = recipe_of(args.name, args, args.seed)
     run_dir = args.run_root / run_name(args.name, args.seed)
     val_pairs = gpu_finale.pairs(recipe, "val", args)
+    configure_process(args.device)  # the process-wide settings of a program that trains (chapter 9)
     run = train_translation(recipe, run_dir, corpus_options=gpu_finale.corpus_options(args),
                             device=args.device, progress=False,
                             validator=Validator(val_pairs, every=args.validate_every))

@@ -74,6 +74,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gpu_training import command_line
 
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.data import corpus
@@ -147,6 +148,7 @@ def train_one(args: argparse.Namespace) -> int:
     recipe = candidate_recipe(args.name, args)
     run_dir = args.run_root / args.name
     val_pairs = pairs(recipe, "val", args)
+    configure_process(args.device)  # the process-wide settings of a program that trains (chapter 9)
     run = train_translation(
         recipe, run_dir, corpus_options=corpus_options(args), device=args.device, progress=False,
         validator=Validator(val_pairs, every=args.validate_every),

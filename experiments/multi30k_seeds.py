@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         _write(result, args.out)
         print(json.dumps(result["decoding_choices"], indent=1))
         return result
+    configure_process()  # the process-wide settings of a program that trains (chapter 9)
     rows = ([] if args.tiny else [committed_run()]) + [seed_run(seed, args) for seed in args.seeds]
     result = {
         "recipe": args.config,

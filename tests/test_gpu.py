@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention import attention
 from annotated_transformer.checkpoints import CheckpointDirectory, read_checkpoint
 from annotated_transformer.layers import Dropout
@@ -33,6 +34,12 @@ pytestmark = [
     pytest.mark.skipif(CUDA and not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 VOCAB = 300
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _process_settings():
+    """These tests train as a program does: the process-wide settings first (chapter 9)."""
+    configure_process(DEVICE)
 
 
 def config(dropout: float = 0.1) -> TransformerConfig:
@@ -73,7 +80,7 @@ def test_auto_precision_is_bf16_with_tf32_matrix_products():
     if CUDA:
         assert t.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-        assert not torch.backends.cuda.cudnn_sdp_enabled()  # chapter 9's use_fast_cuda_kernels
+        assert not torch.backends.cuda.cudnn_sdp_enabled()  # chapter 9's configure_process (the fixture)
         assert t.prefetch
     else:
         assert t.precision == "fp32" and not t.prefetch

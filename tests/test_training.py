@@ -23,11 +23,12 @@ from helpers import (
 from annotated_transformer.acceleration import (
     autocast_context,
     compile_forward_loss,
+    configure_process,
     resolve_precision,
-    reuse_freed_memory,
 )
 from annotated_transformer.batching import EOS, PAD, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.machinery.platform import reuse_freed_memory
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
@@ -580,3 +581,45 @@ def test_end_schedule_at_stops_fit_and_ends_the_cooldown_there():
     for bad in (0, 21):
         with pytest.raises(ValueError, match=r"last_step must lie in \[1, max_steps=20\]"):
             t.end_schedule_at(bad)
+
+
+# --- the module's names, and the process-wide settings ---------------------------------------------
+
+
+def test_methods_added_across_cells_keep_the_modules_names_bound():
+    from annotated_transformer import long_run, training
+
+    assert training.fit is Trainer.fit and training.train_step is Trainer.train_step
+    assert training.state_dict is Trainer.state_dict
+    assert long_run.train is long_run.LongRun.train
+
+
+def test_building_a_trainer_changes_no_process_wide_setting(monkeypatch):
+    import annotated_transformer.acceleration as acceleration
+    import annotated_transformer.machinery.platform as platform
+
+    def refused(*args):
+        raise AssertionError("a Trainer made a process-wide setting")
+
+    for module, name in ((acceleration, "use_fast_cuda_kernels"), (acceleration, "reuse_freed_memory"),
+                         (platform, "reuse_freed_memory"), (acceleration, "configure_process")):
+        monkeypatch.setattr(module, name, refused)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+              torch.backends.cuda.cudnn_sdp_enabled(), torch.get_num_threads())
+    Trainer(tiny_model(), TrainConfig(warmup=10, progress=False), device="cpu")
+    assert before == (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                      torch.backends.cuda.cudnn_sdp_enabled(), torch.get_num_threads())
+
+
+def test_configure_process_says_what_it_set(monkeypatch):
+    import sys
+
+    assert configure_process("cpu") == (["freed memory kept for reuse (mallopt)"]
+                                        if sys.platform.startswith("linux") else [])
+    assert configure_process("meta") == []  # no setting for other devices
+    calls = []
+    import annotated_transformer.acceleration as acceleration
+
+    monkeypatch.setattr(acceleration, "use_fast_cuda_kernels", lambda: calls.append("cuda"))
+    assert configure_process(torch.device("cuda")) == ["TF32 matrix products", "no cuDNN attention kernel"]
+    assert calls == ["cuda"]

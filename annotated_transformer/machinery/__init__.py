@@ -5,4 +5,11 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
 
 - `figures`: the result files the package ships, and `glue`, which hands a figure a chapter computed
   to the book's prose (MyST-NB's `{glue:text}` role).
+- `classes`: `add_to_class`, a class written over several notebook cells (chapter 9's `Trainer`).
+- `progress`: `Progress`, what training shows while it runs.
+- `prefetch`: `prefetched`, the next micro-batches built in a background thread.
+- `training_checks`: `check_train_config`, the range checks of a `TrainConfig`.
+- `wrappers`: `unwrap_model`, the plain model inside `torch.compile`'s and DDP's wrappers.
+- `platform`: what this machine can do (`check_compile_support`, `check_precision_support`) and the
+  allocator setting of a run on a CPU (`reuse_freed_memory`).
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import TypeVar
 
 __all__ = ["prefetched"]
@@ -23,7 +24,7 @@ def prefetched(builders: Iterable[Callable[[], T]], ahead: int = 2) -> Iterator[
         raise ValueError(f"ahead must be at least 1, got {ahead}")
     builders = iter(builders)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = [pool.submit(build) for build, _ in zip(builders, range(ahead), strict=False)]
+        pending = [pool.submit(build) for build in islice(builders, ahead)]
         while pending:
             result = pending.pop(0).result()
             following = next(builders, None)
