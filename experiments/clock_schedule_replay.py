@@ -22,7 +22,7 @@ from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
 from annotated_transformer.files import atomic_write_text
-from annotated_transformer.long_run import ClockFit
+from annotated_transformer.machinery.long_run import ClockFit
 
 
 def replay_decision(decide: int, last_step: int) -> None:

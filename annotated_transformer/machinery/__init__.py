@@ -5,4 +5,10 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
 
 - `figures`: the result files the package ships, and `glue`, which hands a figure a chapter computed
   to the book's prose (MyST-NB's `{glue:text}` role).
+- `run_directory`: the files of one run (its recipe, history, machine and lock), how each is kept,
+  checked and restored.
+- `long_run`: one session of a run, resumed, trained to its number of steps or its time limit, with
+  its checkpoints, its history and a cooldown fitted to the clock (`ClockFit`).
+- `hardware`: the device a run uses, checked before any work, and a description of the machine.
+- `command_files`: the files a command of chapter 16 reads and writes.
 """
