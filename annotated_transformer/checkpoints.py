@@ -332,12 +332,11 @@ class CheckpointDirectory:
                     else f"{self.directory} holds no checkpoint yet")
             problem = "the parameters are NaN or infinite"
             raise TrainingDiverged.at(trainer.config, state["step"], problem, kept)
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if not distributed or torch.distributed.get_rank() == 0:
+        if trainer.is_main:  # the ranks hold the same state: rank 0 alone writes it
             _write_checkpoint(path, _trainer_content(state, unwrap_model(trainer.model).config, extra or {}))
             for old in self.paths()[: -self.keep] if self.keep else []:
                 old.unlink(missing_ok=True)
-        if distributed:  # no rank goes on (or exits) before the checkpoint is on disk
+        if trainer.world_size > 1:  # no rank goes on (or exits) before the checkpoint is on disk
             torch.distributed.barrier()
         return path
 

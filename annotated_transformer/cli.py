@@ -29,10 +29,10 @@ from .files import atomic_write_text
 from .checkpoints import checkpoint_paths
 from .training import TrainingDiverged
 from .recipes import RECIPES, Recipe
-from .hardware import check_device
-from .command_files import check_output, decode_utf8, output_errors
-from .command_files import read_input, read_lines, write_lines
-from .run_directory import RunDirectory, peek_extra, read_json, run_data_dir
+from .machinery.hardware import check_device
+from .machinery.command_files import check_output, decode_utf8, output_errors
+from .machinery.command_files import read_input, read_lines, write_lines
+from .machinery.run_directory import RunDirectory, peek_extra, read_json, run_data_dir
 from .translator import InputWarning, Translator, evaluate_bleu
 from .translation import TrainingWarning, train_translation
 from .recipe_options import add_recipe_options, describe_configuration

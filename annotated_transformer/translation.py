@@ -27,10 +27,10 @@ from .tokenization import Vocabularies, VocabularyError, build_vocabularies
 from .tokenization import cached_encode_pairs, encode_pairs, token_batches
 from .training import Trainer, evaluate
 from .checkpoints import read_checkpoint, save_checkpoint
-from .hardware import check_device
-from .run_directory import RunDirectory, note, open_run, recorded, set_aside
-from .run_directory import record_data_dir
-from .long_run import LongRun
+from .machinery.hardware import check_device
+from .machinery.run_directory import RunDirectory, note, open_run, recorded, set_aside
+from .machinery.run_directory import record_data_dir
+from .machinery.long_run import LongRun
 from .recipes import Recipe
 from .translator import InputWarning, Translator, bleu
 

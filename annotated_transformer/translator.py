@@ -26,8 +26,8 @@ from .tokenization import Vocabularies, VocabularyError
 from .tokenization import _check_count, _check_pairs, _check_texts, _shown
 from .machinery.classes import add_to_class as _add_to_class
 from .checkpoints import read_checkpoint
-from .hardware import check_device
-from .run_directory import RunDirectory
+from .machinery.hardware import check_device
+from .machinery.run_directory import RunDirectory
 
 
 class InputWarning(UserWarning):

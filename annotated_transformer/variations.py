@@ -24,7 +24,7 @@ import torch
 
 from . import cli
 from .data import corpus
-from .hardware import check_device
+from .machinery.hardware import check_device
 from .model import TransformerConfig, count_parameters
 from .files import atomic_write_text
 from annotated_transformer.tokenization import (
@@ -34,7 +34,7 @@ from annotated_transformer.tokenization import (
 )
 from .training import TrainConfig, evaluate
 from .recipes import RECIPES, Recipe
-from .run_directory import RunDirectory
+from .machinery.run_directory import RunDirectory
 from .translator import Translator, bleu
 from .translation import load_vocabularies, train_translation
 

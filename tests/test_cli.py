@@ -617,7 +617,8 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(run, tmp_path, capsys, m
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer import cli, command_files
+    from annotated_transformer import cli
+    from annotated_transformer.machinery import command_files
 
     def never(*args, **kwargs):
         raise AssertionError("translated before checking the output")
@@ -640,7 +641,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_pa
 
 
 def test_a_failed_write_names_the_users_file_not_a_temporary_one(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer import command_files
+    from annotated_transformer.machinery import command_files
 
     def full_disk(path, text):
         raise OSError(28, "No space left on device", str(path.with_name(f".{path.name}.123.tmp")))

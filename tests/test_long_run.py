@@ -1,7 +1,7 @@
-"""Chapter 10's run layer on a run of the copy task, not a translation: one session of a run
-(`LongRun`) in its run directory, its recipe settled (`settle_recipe`), its history read by one
-reader (`read_history`), and the cooldown fitted to a clock (`ClockFit`), on a simulated clock so
-that every step takes the same time and every decision is exact."""
+"""The run machinery (`annotated_transformer.machinery`) on a run of the copy task, not a translation:
+one session of a run (`LongRun`) in its run directory, its recipe settled (`settle_recipe`), its
+history read by one reader (`read_history`), and the cooldown fitted to a clock (`ClockFit`), on a
+simulated clock so that every step takes the same time and every decision is exact."""
 
 import itertools
 import json
@@ -10,8 +10,8 @@ import pytest
 from helpers import assert_identical, copy_batches, parameters, tiny_trainer
 
 from annotated_transformer import layer_norm
-from annotated_transformer.long_run import ClockFit, LongRun
-from annotated_transformer.run_directory import (
+from annotated_transformer.machinery.long_run import ClockFit, LongRun
+from annotated_transformer.machinery.run_directory import (
     RunDirectory,
     RunHistory,
     open_run,

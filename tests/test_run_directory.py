@@ -27,9 +27,9 @@ from annotated_transformer.checkpoints import (
 )
 from annotated_transformer.cli import main
 from annotated_transformer.data import builtin_corpus
+from annotated_transformer.machinery.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import Recipe, get_recipe
-from annotated_transformer.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
 from annotated_transformer.training import evaluate
 from annotated_transformer.translation import train_translation
