@@ -34,7 +34,8 @@ from .machinery.command_files import check_output, decode_utf8, output_errors
 from .machinery.command_files import read_input, read_lines, write_lines
 from .machinery.run_directory import RunDirectory, peek_extra, read_json, run_data_dir
 from .translator import InputWarning, Translator, evaluate_bleu
-from .translation import TrainingWarning, train_translation
+from .translation import train_translation
+from .machinery.translation_checks import TrainingWarning
 from .recipe_options import add_recipe_options, describe_configuration
 from .recipe_options import option_name, recipe_from_args
 

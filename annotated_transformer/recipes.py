@@ -9,23 +9,22 @@ __all__ = ['RECIPES', 'Recipe', 'recipe_settings', 'get_recipe']
 
 # %% ../book/14_translation.ipynb #f9e40f8a
 import dataclasses
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .data import CORPORA
-from .errors import field_error
-from .model import TransformerConfig, check_types
-from .tokenization import SPECIALS, Vocabularies, VocabKind
+from .model import TransformerConfig
+from .tokenization import Vocabularies, VocabKind
 from .training import TrainConfig
+from .machinery.recipe_files import RecipeFile, recipe_settings_of
 
 # %% ../book/14_translation.ipynb #4f86fbc9
 @dataclass(frozen=True, kw_only=True)
-class Recipe:
+class Recipe(RecipeFile):
     """A named translation configuration: the data and its vocabulary, the model (`model`), its
     training (`train`), the batches, a time limit and the decoding. Each of its settings is an
-    option of `train` (chapter 16)."""
+    option of `train` (chapter 16). As a `RecipeFile` (machinery), it is checked when made, and it
+    turns into one flat dict of its settings and back (`to_dict`, `from_dict`), or into a copy with
+    some settings changed by name (`replace`)."""
 
     name: str
     corpus: str = "builtin"  # "builtin" (generated, offline) or "multi30k" (chapter 12)
@@ -41,9 +40,6 @@ class Recipe:
     beam_size: int = 4  # §6.1: beam 4, length penalty α = 0.6
     alpha: float = 0.6
 
-    def __post_init__(self) -> None:
-        _check_own_fields(self)  # its own fields: the model and the training checked theirs when made
-
     def model_config(self, vocabs: Vocabularies) -> TransformerConfig:
         """The model for `vocabs`: their sizes, and one embedding matrix when they are one (§3.4)."""
         return dataclasses.replace(self.model, src_vocab_size=len(vocabs.source.vocab),
@@ -55,90 +51,11 @@ class Recipe:
         log_every = max(1, self.train.max_steps // 20) if progress else 0
         return dataclasses.replace(self.train, progress=progress, log_every=log_every, track_grad_norm=True)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every setting by its name, in one flat dict (`recipe.json`, and a copy in every checkpoint)."""
-        return _to_dict(self)
-
-    @classmethod
-    def from_dict(cls, settings: Mapping[str, Any]) -> "Recipe":
-        """The recipe of a flat dict of settings: `to_dict`'s, or one written by an older version."""
-        return _from_dict(settings)
-
-    def replace(self, **settings: Any) -> "Recipe":
-        """A copy with some settings changed, by their names, whichever part holds them:
-        `recipe.replace(d_model=128, max_steps=10)` changes the model's width and the training's steps."""
-        _refuse_unknown(settings)
-        return _from_dict({**self.to_dict(), **settings})
-
-# %% ../book/14_translation.ipynb #4eede59b
-# The fields of the two configurations that are not a recipe's settings: the vocabularies give the
-# model its vocabulary sizes and shared embeddings, and the run sets the training's display.
-_PARTS = {
-    "model": (TransformerConfig, ("src_vocab_size", "tgt_vocab_size", "share_embeddings")),
-    "train": (TrainConfig, ("progress", "log_every", "track_grad_norm", "prefetch")),
-}
-_OLD_NAMES = {"decoder_layers": "n_decoder_layers"}  # recipe.json before the recipe held its parts
-
 
 def recipe_settings() -> dict[str, dataclasses.Field]:
     """Every setting of a recipe by its name, as the field that declares it (in Recipe,
-    TransformerConfig or TrainConfig), in `to_dict`'s order: the parts' settings in their place."""
-    settings = {}
-    for spec in dataclasses.fields(Recipe):
-        if spec.name in _PARTS:
-            kind, not_settings = _PARTS[spec.name]
-            settings.update((f.name, f) for f in dataclasses.fields(kind) if f.name not in not_settings)
-        else:
-            settings[spec.name] = spec
-    return settings
-
-
-def _to_dict(recipe: Recipe) -> dict[str, Any]:
-    settings = {}
-    for name in recipe_settings():
-        part = next((part for part, (kind, _) in _PARTS.items() if name in kind.__dataclass_fields__), None)
-        settings[name] = getattr(recipe if part is None else getattr(recipe, part), name)
-    return settings
-
-
-def _from_dict(settings: Mapping[str, Any]) -> Recipe:
-    if not isinstance(settings, Mapping):
-        raise ValueError(f"a recipe is a dict of its settings, got {type(settings).__name__}")
-    own = {_OLD_NAMES.get(name, name): value for name, value in settings.items()}
-    _refuse_unknown(own)  # a setting missing was added later: the run used its default
-    parts = {part: kind(**{name: own.pop(name) for name in list(own) if name in kind.__dataclass_fields__})
-             for part, (kind, _) in _PARTS.items()}
-    return Recipe(**own, **parts)
-
-
-def _refuse_unknown(settings: Mapping[str, Any]) -> None:
-    unknown = sorted(set(settings) - set(recipe_settings()))
-    if unknown:
-        raise ValueError(f"unknown recipe field(s) {unknown}: the fields are {sorted(recipe_settings())}")
-
-
-def _check_own_fields(recipe: Recipe) -> None:
-    check_types(recipe)  # each field's type (a TransformerConfig, a TrainConfig), and `vocab`'s choices
-    if recipe.corpus not in CORPORA:
-        raise ValueError(f"unknown corpus {recipe.corpus!r}: choose one of {', '.join(CORPORA)}")
-    for name in ("vocab_size", "min_freq", "max_tokens", "average_last", "beam_size"):
-        if getattr(recipe, name) < 1:
-            raise field_error(name, "be at least 1", getattr(recipe, name))
-    if recipe.vocab == "bpe" and recipe.vocab_size <= len(SPECIALS):
-        raise field_error("vocab_size", f"exceed the {len(SPECIALS)} special tokens", recipe.vocab_size)
-    if not (math.isfinite(recipe.alpha) and recipe.alpha >= 0):
-        raise field_error("alpha", "be >= 0 and finite", recipe.alpha)
-    if recipe.max_minutes is not None and not recipe.max_minutes > 0:
-        raise field_error("max_minutes", "be positive", recipe.max_minutes, unset_means="no time limit")
-    if recipe.train.checkpoint_every < 1:  # a Trainer's 0 means "never"; a run resumes from them
-        raise field_error("checkpoint_every", "be at least 1", recipe.train.checkpoint_every)
-    for part, (kind, not_settings) in _PARTS.items():
-        config, defaults = getattr(recipe, part), kind.__dataclass_fields__
-        given = [f"{name}={getattr(config, name)!r}" for name in not_settings
-                 if getattr(config, name) != defaults[name].default]
-        if given:
-            raise ValueError(f"a recipe's {part} leaves {', '.join(not_settings)} to the run, got "
-                             f"{', '.join(given)}: leave them out of its {kind.__name__}")
+    TransformerConfig or TrainConfig), in `to_dict`'s order: the options of `train` (chapter 16)."""
+    return recipe_settings_of(Recipe)
 
 # %% ../book/14_translation.ipynb #fe9800bd
 RECIPES: dict[str, Recipe] = {

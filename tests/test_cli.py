@@ -693,7 +693,7 @@ def test_every_setting_a_library_message_names_is_an_option():
     from annotated_transformer.errors import Setting
 
     package = Path(__file__).resolve().parents[1] / "annotated_transformer"
-    names = {name for path in package.glob("*.py")
+    names = {name for path in package.rglob("*.py")  # the machinery's messages too
              for name in re.findall(r"""Setting\(\s*["'](\w+)["']""", path.read_text(encoding="utf-8"))}
     assert {"root", "download", "lr_factor", "max_tokens"} <= names
     from annotated_transformer.cli import build_parser

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from helpers import OLD_RECIPE_JSON, assert_identical, one_line
+from helpers import assert_identical, one_line
 
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
@@ -21,9 +21,9 @@ from annotated_transformer.machinery.hardware import check_device
 from annotated_transformer.machinery.run_directory import RESUMABLE_FIELDS, RunHistory
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.optimizer import cooldown_factor, rate
-from annotated_transformer.recipes import RECIPES, Recipe, get_recipe, recipe_settings
+from annotated_transformer.recipes import RECIPES, Recipe, get_recipe
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
-from annotated_transformer.training import TrainConfig, Trainer
+from annotated_transformer.training import Trainer
 from annotated_transformer.translation import Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
 
@@ -60,64 +60,6 @@ def test_named_recipes_and_overrides():
     assert RECIPES["big"].model == TransformerConfig.big() and RECIPES["big"].model.dropout == 0.3
     assert get_recipe("multi30k", max_steps=7).train.max_steps == 7
     assert get_recipe("multi30k", max_steps=None) == RECIPES["multi30k"]  # None means "not given"
-
-
-def test_each_setting_is_declared_once_in_the_part_that_uses_it():
-    own = {spec.name for spec in dataclasses.fields(Recipe)} - {"model", "train"}
-    model = {spec.name for spec in dataclasses.fields(TransformerConfig)}
-    train = {spec.name for spec in dataclasses.fields(TrainConfig)}
-    assert not own & model and not own & train and not model & train
-    settings = list(recipe_settings())
-    assert len(settings) == len(set(settings)) and set(settings) == (
-        own | model - {"src_vocab_size", "tgt_vocab_size", "share_embeddings"}
-        | train - {"progress", "log_every", "track_grad_norm", "prefetch"})
-    for recipe in RECIPES.values():
-        flat = recipe.to_dict()
-        assert list(flat) == settings and json.loads(json.dumps(flat)) == flat  # flat and JSON-ready
-        assert Recipe.from_dict(flat) == recipe and recipe.replace() == recipe
-
-
-def test_get_recipe_routes_each_setting_to_its_part():
-    recipe = get_recipe("multi30k", d_model=128, attention_dropout=0.1, max_steps=10, seed=2, alpha=1.0)
-    assert (recipe.model.d_model, recipe.model.attention_dropout) == (128, 0.1)
-    assert (recipe.train.max_steps, recipe.train.seed, recipe.alpha) == (10, 2, 1.0)
-    same = RECIPES["multi30k"]
-    assert recipe.model == dataclasses.replace(same.model, d_model=128, attention_dropout=0.1)
-    assert recipe.train == dataclasses.replace(same.train, max_steps=10, seed=2)
-    assert same.replace(max_minutes=None).max_minutes is None  # replace, unlike get_recipe, can unset
-    for unknown in ({"layers": 2}, {"decoder_layers": 2}, {"progress": False}, {"model": same.model}):
-        with pytest.raises(ValueError, match=r"^unknown recipe field\(s\) \['\w+'\]: the fields are") as info:
-            get_recipe("multi30k", **unknown)
-        assert "\n" not in str(info.value)
-
-
-
-
-def test_a_recipe_written_before_the_recipe_held_its_parts_is_read():
-    assert Recipe.from_dict(OLD_RECIPE_JSON) == tiny_recipe()
-    new = tiny_recipe().to_dict()
-    assert set(new) ^ set(OLD_RECIPE_JSON) == {  # the names the two formats differ in
-        "decoder_layers", "n_decoder_layers", "attention_dropout", "ffn_dropout", "max_len", "layer_norm_eps"}
-    assert all(new[name] == value for name, value in OLD_RECIPE_JSON.items() if name in new)
-    assert Recipe.from_dict({**OLD_RECIPE_JSON, "decoder_layers": 1}).model.n_decoder_layers == 1
-    with pytest.raises(ValueError, match=r"unknown recipe field\(s\) \['d_hidden'\]"):
-        Recipe.from_dict({**OLD_RECIPE_JSON, "d_hidden": 3})
-
-
-@pytest.mark.parametrize(
-    ("parts", "message"),
-    [
-        ({"model": TransformerConfig(src_vocab_size=300, tgt_vocab_size=300)},
-         r"a recipe's model leaves src_vocab_size, tgt_vocab_size, share_embeddings to the run, got "
-         r"src_vocab_size=300, tgt_vocab_size=300"),
-        ({"train": TrainConfig(checkpoint_every=2, log_every=5)}, r"train leaves .* got log_every=5"),
-        ({"train": TrainConfig()}, "checkpoint_every must be at least 1, got 0"),
-        ({"model": {"d_model": 32}}, "model must be TransformerConfig, got"),
-    ],
-)
-def test_a_recipe_refuses_what_its_run_sets(parts, message):
-    with pytest.raises(ValueError, match=message):
-        dataclasses.replace(tiny_recipe(), **parts)
 
 
 @pytest.mark.parametrize(

@@ -18,4 +18,8 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
   its checkpoints, its history and a cooldown fitted to the clock (`ClockFit`).
 - `hardware`: the device a run uses, checked before any work, and a description of the machine.
 - `command_files`: the files a command of chapter 16 reads and writes.
+- `recipe_files`: chapter 14's recipe as one flat dict of settings and back (older files included),
+  its own checks, and a run's fingerprints; a trained model read back with its vocabulary.
+- `translation_checks`: what chapter 14's training and translating say about their input.
+- `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
 """
