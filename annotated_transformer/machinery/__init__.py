@@ -5,4 +5,6 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
 
 - `figures`: the result files the package ships, and `glue`, which hands a figure a chapter computed
   to the book's prose (MyST-NB's `{glue:text}` role).
+- `cli` and `recipe_options`: the command line, `python -m annotated_transformer` (chapter 16 shows it
+  at work).
 """
