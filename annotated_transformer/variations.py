@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from . import cli
+from .machinery import cli
 from .data import corpus
 from .machinery.hardware import check_device
 from .model import TransformerConfig, count_parameters

@@ -1,5 +1,6 @@
-"""The command line (chapter 16, book/16_command_line.ipynb): `python -m annotated_transformer
-train | translate | evaluate | average`, and `experiment` (chapters 18 and 19)."""
+"""The command line (annotated_transformer/machinery/cli.py and recipe_options.py, shown at work in
+chapter 16): `python -m annotated_transformer train | translate | evaluate | average`, and
+`experiment` (chapters 18 and 19)."""
 
 import dataclasses
 import io
@@ -18,10 +19,10 @@ from helpers import new_run, small_config
 
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
-from annotated_transformer.cli import what_was_trained
 from annotated_transformer.data import corpus
+from annotated_transformer.machinery.cli import what_was_trained
+from annotated_transformer.machinery.recipe_options import option_name
 from annotated_transformer.model import make_model
-from annotated_transformer.recipe_options import option_name
 from annotated_transformer.recipes import get_recipe, recipe_settings
 from annotated_transformer.tokenization import build_vocabularies
 from annotated_transformer.training import Trainer
@@ -254,8 +255,8 @@ def test_help_of_each_command(capsys, command, options):
 
 
 def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
-    from annotated_transformer.cli import build_parser
-    from annotated_transformer.recipe_options import recipe_from_args
+    from annotated_transformer.machinery.cli import build_parser
+    from annotated_transformer.machinery.recipe_options import recipe_from_args
 
     args = build_parser().parse_args(
         ["train", "--max-minutes", "2.5", "--d-k", "16", "--d-v", "8", "--positional", "learned",
@@ -268,8 +269,8 @@ def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
 
 
 def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
-    from annotated_transformer.cli import build_parser
-    from annotated_transformer.recipe_options import recipe_from_args
+    from annotated_transformer.machinery.cli import build_parser
+    from annotated_transformer.machinery.recipe_options import recipe_from_args
     from annotated_transformer.tokenization import build_vocabularies
 
     recipe = recipe_from_args(build_parser().parse_args(["train", "--layers", "4", "--decoder-layers", "1"]))
@@ -301,8 +302,8 @@ EVERY_OPTION = {
 
 
 def test_every_setting_of_a_recipe_is_an_option_of_train():
-    from annotated_transformer.cli import build_parser
-    from annotated_transformer.recipe_options import recipe_from_args
+    from annotated_transformer.machinery.cli import build_parser
+    from annotated_transformer.machinery.recipe_options import recipe_from_args
 
     assert set(EVERY_OPTION) == set(recipe_settings()) - {"name"}
     argv = ["train"]
@@ -350,7 +351,7 @@ def test_experiment_errors(tmp_path, capsys):
 
 
 def test_the_complete_command_line_is_chapter_15s_with_the_experiment_of_chapters_17_and_18(capsys):
-    from annotated_transformer import cli
+    from annotated_transformer.machinery import cli
 
     with pytest.raises(SystemExit):
         cli.main(["experiment", "table3"])
@@ -617,8 +618,7 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(run, tmp_path, capsys, m
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer import cli
-    from annotated_transformer.machinery import command_files
+    from annotated_transformer.machinery import cli, command_files
 
     def never(*args, **kwargs):
         raise AssertionError("translated before checking the output")
@@ -667,7 +667,7 @@ def test_a_finite_but_exploded_loss_is_not_reported_as_a_success_in_silence(run,
 
 
 def test_out_of_gpu_memory_names_a_smaller_batch_and_keeps_the_run_resumable(tmp_path, capsys, monkeypatch):
-    from annotated_transformer import cli
+    from annotated_transformer.machinery import cli
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -689,18 +689,56 @@ def test_every_setting_a_library_message_names_is_an_option():
     """A library message names settings as `Setting(name)`; the command line says each as its option.
     A name with no option (a new argument of the data loader, say) would be said as an option that
     does not exist, so every name the package's messages use must be one the parser knows."""
-    from annotated_transformer.cli import _option_spelling
     from annotated_transformer.errors import Setting
+    from annotated_transformer.machinery.cli import option_spelling
 
     package = Path(__file__).resolve().parents[1] / "annotated_transformer"
     names = {name for path in package.rglob("*.py")  # the machinery's messages too
              for name in re.findall(r"""Setting\(\s*["'](\w+)["']""", path.read_text(encoding="utf-8"))}
     assert {"root", "download", "lr_factor", "max_tokens"} <= names
-    from annotated_transformer.cli import build_parser
+    from annotated_transformer.machinery.cli import build_parser
 
     commands = next(action for action in build_parser()._actions if action.dest == "command")
     options = {option for action in commands.choices["train"]._actions for option in action.option_strings}
     for name in names:
         for value in (..., None, 1):
-            spelled = _option_spelling(Setting(name, value))
+            spelled = option_spelling(Setting(name, value))
             assert re.search(r"--[\w-]+", spelled)[0] in options, (name, spelled)
+
+
+def test_the_argparse_types_refuse_a_bad_value_with_a_reason():
+    import argparse
+
+    from annotated_transformer.machinery.cli import parse_device, positive_int
+
+    assert positive_int("3") == 3
+    for text, reason in (("0", "must be at least 1, got 0"), ("2.5", "'2.5' is not a whole number")):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(reason)):
+            positive_int(text)
+    assert parse_device("cpu") == torch.device("cpu")
+    with pytest.raises(argparse.ArgumentTypeError, match="'gpu7' is not a device"):
+        parse_device("gpu7")
+
+
+def test_a_message_of_several_lines_is_said_on_one():
+    from annotated_transformer.machinery.cli import command_line_message
+
+    error = ValueError("runs/x holds a run of another configuration:\n  d_model: 128 -> 64\n"
+                       "  n_heads: 4 -> 8\n")
+    assert command_line_message(error) == ("runs/x holds a run of another configuration: d_model: 128 -> 64; "
+                                           "n_heads: 4 -> 8")
+    assert command_line_message(ValueError("")) == "ValueError"
+
+
+def test_what_train_says_on_a_gpu_out_of_memory_and_after_a_divergence(tmp_path):
+    from annotated_transformer.machinery.cli import after_divergence, out_of_memory
+
+    run_dir = tmp_path / "run"
+    assert out_of_memory(get_recipe("base"), run_dir) == (
+        "out of GPU memory with batches of up to 25000 tokens: run the same command with --max-tokens 12500 "
+        "(and --accumulate 2 to keep the batch size)")
+    assert after_divergence(run_dir) == f"the same command with other values starts {run_dir} again"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "step_00000050.pt").write_bytes(b"")
+    assert "keeps its settings with its checkpoints (the newest, step_00000050.pt, is kept)" in (
+        after_divergence(run_dir))

@@ -6,7 +6,7 @@ import argparse
 import cpu_recipe_search  # experiments/ is on pytest's pythonpath (pyproject.toml)
 import gpu_recipe_search
 
-from annotated_transformer.recipe_options import add_recipe_options
+from annotated_transformer.machinery.recipe_options import add_recipe_options
 
 
 def test_a_translation_runs_on_past_twice_its_reference_and_five_words():

@@ -25,8 +25,8 @@ from annotated_transformer.checkpoints import (
     checkpoint_paths,
     read_checkpoint,
 )
-from annotated_transformer.cli import main
 from annotated_transformer.data import builtin_corpus
+from annotated_transformer.machinery.cli import main
 from annotated_transformer.machinery.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import Recipe, get_recipe

@@ -22,4 +22,6 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
   its own checks, and a run's fingerprints; a trained model read back with its vocabulary.
 - `translation_checks`: what chapter 14's training and translating say about their input.
 - `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
+- `cli` and `recipe_options`: the command line, `python -m annotated_transformer` (chapter 16 shows it
+  at work).
 """
