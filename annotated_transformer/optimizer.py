@@ -70,7 +70,7 @@ class WarmupSchedule(torch.optim.lr_scheduler.LambdaLR):
     def end_at(self, total_steps: int, cooldown: int) -> None:
         """Make `total_steps` the last optimizer step, with a cooldown over its last `cooldown`
         steps. The steps already taken keep the rates they had; the next one gets its rate under
-        the new end at once. Chapter 14 ends a run where its time limit falls (chapter 9's
+        the new end at once. Chapter 10's `ClockFit` ends a run where its time limit falls (chapter 9's
         `Trainer.end_schedule_at`)."""
         cooldown_factor(1, total_steps, cooldown)  # a clear error for an impossible end
         schedule = self.lr_lambdas[0]

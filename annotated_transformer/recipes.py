@@ -59,7 +59,7 @@ def recipe_settings() -> dict[str, dataclasses.Field]:
 
 # %% ../book/14_translation.ipynb #fe9800bd
 RECIPES: dict[str, Recipe] = {
-    # The generated corpus: offline, a trained translator in about a minute on two CPU cores.
+    # The generated corpus: offline, a trained translator on a CPU (what `make main` trains).
     "builtin": Recipe(
         name="builtin",
         corpus="builtin",
@@ -69,24 +69,24 @@ RECIPES: dict[str, Recipe] = {
         train=TrainConfig(max_steps=600, warmup=150, lr_factor=0.5, checkpoint_every=50),
         max_tokens=1500,
     ),
-    # Multi30k on two CPU cores in about half an hour: the paper's recipe scaled down (above). Fixed in
-    # steps, so that a run is the same on every machine fast enough: 9,224, the steps its first full
-    # run reached in 30 minutes on two cores of an AMD EPYC (AVX-512). A slower machine reaches the
-    # 30 minutes first and ends the cooldown there (chapter 10's `ClockFit`).
+    # Multi30k on two CPU cores within a 30-minute limit: the paper's recipe scaled down (above). Fixed
+    # in steps, so that a run is the same on every machine fast enough: the steps its first full run
+    # reached in that time on two cores of an AMD EPYC (results/seed0_schedule.json). A slower machine
+    # reaches the limit first and ends the cooldown there (chapter 10's `ClockFit`).
     "multi30k": Recipe(
         name="multi30k",
         corpus="multi30k",
         vocab_size=4000,
         model=TransformerConfig(n_layers=2, d_model=256, d_ff=512, n_heads=4),
-        # equation (3) itself (factor 1.0), peaking at 1.1e-3 at step 3,200, then the cooldown
+        # equation (3) itself (factor 1.0), peaking at the end of the warmup, then the cooldown
         train=TrainConfig(max_steps=9_224, warmup=3200, lr_factor=1.0, cooldown=0.32, checkpoint_every=100),
         max_tokens=1000,
         max_minutes=30.0,
         average_last=3,
         alpha=1.4,  # §6.1 chose α = 0.6 on its development set; this recipe's validation set prefers 1.4
     ),
-    # Multi30k on one GPU in five minutes: chosen on the validation set from 11 candidates trained
-    # side by side on one H200 for 5 minutes each (chapter 20); then the checkpoints averaged and α.
+    # Multi30k on one GPU within a 5-minute limit: chosen on the validation set from candidates trained
+    # side by side on one H200 (chapter 20, results/gpu/search.json); then the checkpoints averaged and α.
     "multi30k-gpu": Recipe(
         name="multi30k-gpu",
         corpus="multi30k",
