@@ -24,7 +24,8 @@ from .decoding import average_checkpoints
 from .errors import Setting, SettingsMessage
 from .model import Transformer, TransformerConfig, config_sha256, make_model
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
-from .tokenization import cached_encode_pairs, encode_pairs, token_batches
+from .tokenization import encode_pairs, token_batches
+from .machinery.corpus_cache import cached_encode_pairs
 from .training import Trainer, evaluate
 from .checkpoints import read_checkpoint, save_checkpoint
 from .hardware import check_device
@@ -214,7 +215,8 @@ class Validator:
 
     def __init__(self, pairs: Sequence[tuple[str, str]], every: int, with_bleu: bool = True,
                  batch_tokens: int = 4000) -> None:
-        from annotated_transformer.tokenization import _check_count, _check_pairs  # chapter 13's checks
+        from annotated_transformer.machinery.checks import check_count as _check_count  # input checks
+        from annotated_transformer.machinery.checks import check_pairs as _check_pairs
 
         self.pairs = _check_pairs(pairs, roles="(source, reference)", one="one (source, reference) pair")
         self.every, self.with_bleu = _check_count(every, "every"), with_bleu

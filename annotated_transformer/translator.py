@@ -23,7 +23,8 @@ from .batching import BOS, EOS, PAD, UNK, make_batch
 from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer, TransformerConfig
 from .tokenization import Vocabularies, VocabularyError
-from .tokenization import _check_count, _check_pairs, _check_texts, _shown
+from .machinery.checks import check_count as _check_count, check_pairs as _check_pairs
+from .machinery.checks import check_texts as _check_texts, shown as _shown
 from .training import _add_to_class
 from .checkpoints import read_checkpoint
 from .hardware import check_device
