@@ -22,8 +22,9 @@ from .data import corpus
 from .decoding import average_checkpoints
 from .model import Transformer, make_model
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
-from .tokenization import cached_encode_pairs, encode_pairs, token_batches
-from .tokenization import _check_count, _check_pairs  # chapter 13's, for Validator
+from .tokenization import encode_pairs, token_batches
+from .machinery.corpus_cache import cached_encode_pairs
+from .machinery.checks import check_count as _check_count, check_pairs as _check_pairs
 from .training import Trainer, evaluate
 from .checkpoints import read_checkpoint, save_checkpoint
 from .machinery.hardware import check_device

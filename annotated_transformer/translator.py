@@ -22,7 +22,7 @@ from .batching import BOS, EOS, PAD, UNK, make_batch
 from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer
 from .tokenization import Vocabularies
-from .tokenization import _check_count, _check_texts
+from .machinery.checks import check_count as _check_count, check_texts as _check_texts
 from .machinery.classes import add_to_class as _add_to_class
 from .machinery.hardware import check_device
 from .machinery.recipe_files import read_run_model

@@ -27,8 +27,8 @@ from .data import corpus
 from .machinery.hardware import check_device
 from .model import TransformerConfig, count_parameters
 from .files import atomic_write_text
+from .machinery.corpus_cache import cached_encode_pairs
 from annotated_transformer.tokenization import (
-    cached_encode_pairs,
     encode_pairs,
     token_batches,
 )

@@ -81,10 +81,11 @@ from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
 from annotated_transformer.files import atomic_save, atomic_write, atomic_write_text
 from annotated_transformer.layer_norm import layer_norm_variants
+from annotated_transformer.machinery.corpus_cache import cached_encode_pairs
 from annotated_transformer.machinery.run_directory import RunDirectory
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
-from annotated_transformer.tokenization import Vocabularies, cached_encode_pairs
+from annotated_transformer.tokenization import Vocabularies
 from annotated_transformer.translation import Validator, train_translation
 from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
 from annotated_transformer.variations import SCALES, Variant, run_variants, table3_variants

@@ -1,11 +1,10 @@
-"""Tokenization (§5.1): spaCy tokenizers, detokenize, word vocabularies, BPE, vocabulary files, the
-cache of encoded corpora and token batches.
+"""Tokenization (§5.1): spaCy tokenizers, detokenize, word vocabularies, BPE, text encoders, encoded
+pairs and token batches. (The vocabulary file and the cache of encoded corpora, machinery, have
+tests/test_vocabulary_files.py and tests/test_corpus_cache.py.)
 
 No test needs the network or Multi30k: the data is the built-in corpus and small hand-made texts.
 """
 
-import copy
-import json
 import os
 import random
 import subprocess
@@ -16,9 +15,9 @@ import torch
 from helpers import one_line
 
 import annotated_transformer.files as files
-import annotated_transformer.tokenization as tokenization
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
 from annotated_transformer.data import builtin_corpus
+from annotated_transformer.machinery.vocabulary_files import bpe_from_json, bpe_to_json
 from annotated_transformer.tokenization import (
     BPE,
     END_OF_WORD,
@@ -32,8 +31,6 @@ from annotated_transformer.tokenization import (
     VocabularyError,
     build_vocab_from_iterator,
     build_vocabularies,
-    cached_encode_pairs,
-    corpus_key,
     detokenize,
     encode_pairs,
     token_batches,
@@ -168,7 +165,7 @@ def test_bpe_round_trip_specials_and_json(train, bpe_vocabs):
         assert all(bpe.words(row) == words for row, words in zip(ids, sentences, strict=True))
         assert UNK not in {i for row in ids for i in row}
         assert all(piece.endswith(END_OF_WORD) for row in ids for piece in [bpe.pieces(row)[-1]])
-    restored = BPE.from_json(bpe.to_json())
+    restored = bpe_from_json(bpe_to_json(bpe))
     sentences = SpacyTokenizer("de").pipe(de for de, _ in builtin_corpus("val"))
     assert restored.encode_batch(sentences) == bpe.encode_batch(sentences)
     assert restored.vocab == bpe.vocab and restored.merges == bpe.merges
@@ -194,7 +191,7 @@ def test_bpe_training_is_deterministic(train):
     for seed in range(3):
         shuffled = sentences[:]
         random.Random(seed).shuffle(shuffled)
-        assert BPE.train(shuffled, vocab_size=300).to_json() == bpe.to_json()
+        assert bpe_to_json(BPE.train(shuffled, vocab_size=300)) == bpe_to_json(bpe)
 
 
 LEARN_BPE = """
@@ -245,69 +242,6 @@ def test_vocabularies_kinds_shared_and_describe(word_vocabs, bpe_vocabs):
         build_vocabularies([], "bpe")
 
 
-def test_vocabularies_save_load_round_trip(tmp_path, word_vocabs, bpe_vocabs):
-    texts = [de for de, _ in builtin_corpus("val")[:50]]
-    for vocabs in (word_vocabs, bpe_vocabs):
-        path = vocabs.save(tmp_path / vocabs.kind / "vocab.json")
-        assert sorted(p.name for p in path.parent.iterdir()) == ["vocab.json"]  # no temporary file left
-        loaded = Vocabularies.load(path)
-        assert loaded.kind == vocabs.kind and loaded.shared == vocabs.shared
-        assert loaded.sha256() == vocabs.sha256() and loaded.source.vocab == vocabs.source.vocab
-        assert loaded.target.vocab == vocabs.target.vocab
-        assert loaded.source.encode_batch(texts) == vocabs.source.encode_batch(texts)
-
-
-def with_vocab(encoder: TextEncoder, vocab: Vocab | None = None, bpe: BPE | None = None) -> TextEncoder:
-    """A copy of `encoder` (and of its spaCy tokenizer, slow to build) with another vocabulary."""
-    changed = copy.copy(encoder)
-    changed.bpe, changed.vocab = bpe, bpe.vocab if bpe is not None else vocab
-    return changed
-
-
-def test_sha256_changes_with_the_vocabulary(tiny, bpe_vocabs):
-    assert Vocabularies(tiny.source, tiny.target).sha256() == tiny.sha256()
-    more = with_vocab(tiny.target, Vocab([*tiny.target.vocab.get_itos(), "bird"]))
-    assert Vocabularies(tiny.source, more).sha256() != tiny.sha256()
-    swapped = Vocabularies(tiny.target, tiny.source)  # same token lists, other languages
-    assert swapped.sha256() != tiny.sha256()
-    other = BPE.train([["a", "b", "ab", "ab"]], vocab_size=10)
-    encoder = with_vocab(bpe_vocabs.source, bpe=other)
-    assert Vocabularies(encoder, encoder).sha256() != bpe_vocabs.sha256()
-
-
-def test_vocabularies_load_errors(tmp_path, tiny):
-    path = tiny.save(tmp_path / "vocab.json")
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text)
-    cases = {
-        "half.json": (text[: len(text) // 2], "not valid JSON"),
-        "empty.json": ("", "not valid JSON"),
-        "binary.json": (None, "not valid JSON"),
-        "foreign.json": (json.dumps({"hello": "world"}), "not an annotated-transformer vocabulary"),
-        "list.json": ("[1, 2]", "not an annotated-transformer vocabulary"),
-        "version.json": (json.dumps({**data, "version": 99}), "format version 99"),
-        "kind.json": (json.dumps({**data, "kind": "chars"}), "unknown vocabulary kind 'chars'"),
-        "missing-key.json": (json.dumps({k: v for k, v in data.items() if k != "target_tokens"}), "damaged"),
-        "wrong-type.json": (json.dumps({**data, "source_tokens": 5}), "damaged"),
-        "specials.json": (json.dumps({**data, "source_tokens": data["source_tokens"][1:]}), "specials"),
-        "language.json": (json.dumps({**data, "source_language": "zz"}), "no tokenizer for language"),
-        "bpe.json": (json.dumps({**data, "kind": "bpe", "bpe": {"model": 1}}), "damaged"),
-    }
-    for name, (content, message) in cases.items():
-        bad = tmp_path / name
-        if content is None:
-            bad.write_bytes(b"\xff\xfe\x00garbage")
-        else:
-            bad.write_text(content, encoding="utf-8")
-        with pytest.raises(VocabularyError, match=message) as error:
-            Vocabularies.load(bad)
-        assert str(bad) in str(error.value), name
-    with pytest.raises(FileNotFoundError, match=r"no vocabulary file at .*nothing\.json"):
-        Vocabularies.load(tmp_path / "nothing.json")
-    with pytest.raises(FileNotFoundError):
-        Vocabularies.load(tmp_path)  # a folder is not a file
-
-
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
     path = files.atomic_write_text(tmp_path / "a.json", "old")
 
@@ -328,48 +262,6 @@ def test_encode_pairs_lengths_unknown_rate_and_empty_sources(tiny):
     assert encoded.lengths() == [(4, 4), (4, 4), (4, 4), (4, 4)]
     assert encoded.unknown_rate() == (1 / 16, 1 / 16)  # "Vogel", "bird"
     assert EncodedPairs([], []).unknown_rate() == (0.0, 0.0)
-
-
-def test_cached_encode_pairs_reads_the_cache(tmp_path, monkeypatch, bpe_vocabs):
-    pairs = builtin_corpus("val")[:100]
-    first = cached_encode_pairs(pairs, bpe_vocabs, tmp_path)
-    assert first == encode_pairs(pairs, bpe_vocabs)
-    cache_files = list(tmp_path.glob("encoded-*.pt"))
-    assert len(cache_files) == 1 and corpus_key(pairs, bpe_vocabs) in cache_files[0].name
-
-    def fail(*args):
-        raise AssertionError("encode_pairs called although the cache holds the result")
-
-    monkeypatch.setattr(tokenization, "encode_pairs", fail)
-    assert cached_encode_pairs(pairs, bpe_vocabs, tmp_path) == first
-    with pytest.raises(AssertionError, match="although the cache"):
-        cached_encode_pairs(pairs[:50], bpe_vocabs, tmp_path)  # other text: another key, no file
-
-
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "other key"])
-def test_cached_encode_pairs_rebuilds_a_damaged_file(tmp_path, bpe_vocabs, damage):
-    pairs = builtin_corpus("val")[:100]
-    expected = cached_encode_pairs(pairs, bpe_vocabs, tmp_path)
-    (path,) = tmp_path.glob("encoded-*.pt")
-    if damage == "truncate":
-        path.write_bytes(path.read_bytes()[:100])
-    elif damage == "garbage":
-        path.write_bytes(b"not a torch file")
-    else:
-        torch.save({"key": "0" * 64, "source": {}, "target": {}}, path)
-    assert cached_encode_pairs(pairs, bpe_vocabs, tmp_path) == expected
-    assert torch.load(path, weights_only=True)["key"] == corpus_key(pairs, bpe_vocabs)  # rewritten
-
-
-def test_corpus_key_changes_with_text_and_vocabulary(bpe_vocabs, word_vocabs):
-    pairs = builtin_corpus("val")[:20]
-    key = corpus_key(pairs, bpe_vocabs)
-    assert corpus_key(list(pairs), bpe_vocabs) == key
-    assert corpus_key(pairs[:19], bpe_vocabs) != key
-    assert corpus_key([(pairs[0][0] + " ", pairs[0][1]), *pairs[1:]], bpe_vocabs) != key
-    assert corpus_key([(pairs[0][1], pairs[0][0]), *pairs[1:]], bpe_vocabs) != key
-    assert corpus_key(pairs, word_vocabs) != key
-    assert cached_encode_pairs(pairs, bpe_vocabs, None) == encode_pairs(pairs, bpe_vocabs)
 
 
 # --- token batches ------------------------------------------------------------------------------
@@ -459,10 +351,6 @@ def test_encoders_and_encoded_pairs_check_what_they_are_given(tiny):
         tiny.source.encode_batch([3, "Ein Hund."])
     with pytest.raises(TypeError, match=r"pairs must be .* item 2 of 2 is \['a', 'b', 'c'\]"):
         encode_pairs([("Ein Hund.", "A dog."), ["a", "b", "c"]], tiny)
-    with pytest.raises(TypeError, match="pairs must be a list of"):
-        corpus_key([("Ein Hund.", 1)], tiny)
-    with pytest.raises(TypeError, match="pairs must be a list of"):
-        cached_encode_pairs([("Ein Hund.", 1)], tiny, None)
     assert len(encode_pairs([], tiny)) == 0  # no pairs is no error: nothing to encode
 
 

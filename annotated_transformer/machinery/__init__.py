@@ -24,4 +24,8 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
 - `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
 - `cli` and `recipe_options`: the command line, `python -m annotated_transformer` (chapter 16 shows it
   at work).
+- `checks`: the checks of what a function is given (sentences, sentence pairs, counts), refused in
+  one line that names the argument.
+- `vocabulary_files`: the file of chapter 13's `Vocabularies`, and its fingerprint.
+- `corpus_cache`: the cache of encoded corpora (chapter 13's `encode_pairs`, computed once).
 """

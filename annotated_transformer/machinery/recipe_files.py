@@ -28,7 +28,8 @@ from annotated_transformer.data import CORPORA
 from annotated_transformer.errors import field_error
 from annotated_transformer.model import Transformer, TransformerConfig, check_types, config_sha256
 from annotated_transformer.machinery.run_directory import RunDirectory, note, recorded, set_aside
-from annotated_transformer.tokenization import SPECIALS, Vocabularies, VocabularyError, _shown
+from annotated_transformer.machinery.checks import shown as _shown
+from annotated_transformer.tokenization import SPECIALS, Vocabularies, VocabularyError
 from annotated_transformer.training import TrainConfig
 
 __all__ = [

@@ -20,7 +20,10 @@ from typing import Any
 
 from annotated_transformer.errors import Setting, SettingsMessage
 from annotated_transformer.model import TransformerConfig
-from annotated_transformer.tokenization import Vocabularies, VocabularyError, _check_pairs, _check_texts, _shown
+from annotated_transformer.machinery.checks import check_pairs as _check_pairs
+from annotated_transformer.machinery.checks import check_texts as _check_texts
+from annotated_transformer.machinery.checks import shown as _shown
+from annotated_transformer.tokenization import Vocabularies, VocabularyError
 
 __all__ = [
     "UNREADABLE_SHARE", "InputWarning", "TrainingWarning", "TranslationInfo", "batch_warning",
