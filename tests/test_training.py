@@ -587,11 +587,11 @@ def test_end_schedule_at_stops_fit_and_ends_the_cooldown_there():
 
 
 def test_methods_added_across_cells_keep_the_modules_names_bound():
-    from annotated_transformer import long_run, training
+    from annotated_transformer import training, translator
 
     assert training.fit is Trainer.fit and training.train_step is Trainer.train_step
     assert training.state_dict is Trainer.state_dict
-    assert long_run.train is long_run.LongRun.train
+    assert translator._translate is translator.Translator._translate
 
 
 def test_building_a_trainer_changes_no_process_wide_setting(monkeypatch):
