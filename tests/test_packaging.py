@@ -89,7 +89,7 @@ def normalized(requirement: str) -> str:
     return f"{canonicalize_name(req.name)}{extras}{specifier}{marker}"
 
 
-NOT_EXPORTED = ("results", "machinery")  # folders of the package that no notebook exports
+NOT_EXPORTED = ("results", "machinery", "pretrained")  # folders of the package no notebook exports
 
 
 def package_files(directory: Path, data: bool = True) -> dict[str, bytes]:

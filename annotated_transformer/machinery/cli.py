@@ -56,6 +56,7 @@ from annotated_transformer.distributed import init_distributed, shutdown_distrib
 from annotated_transformer.errors import Setting, SettingsMessage
 from annotated_transformer.files import atomic_write_text
 from annotated_transformer.machinery.hardware import check_device
+from annotated_transformer.machinery.pretrained import PREFIX, available, pretrained_dir
 from annotated_transformer.machinery.recipe_options import add_recipe_options, describe_configuration
 from annotated_transformer.machinery.recipe_options import option_name, recipe_from_args
 from annotated_transformer.recipes import RECIPES, Recipe
@@ -443,10 +444,22 @@ def _add_train_command(commands) -> None:
     train.set_defaults(handler=_run_train)
 
 
+def run_or_pretrained(text: str) -> Path:
+    """The argparse type of a model argument: a path, or `pretrained:NAME`, the folder of a translator
+    shipped with the package (checked against its SHA-256 before use)."""
+    if text.startswith(PREFIX):
+        try:
+            return pretrained_dir(text[len(PREFIX):])
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
+    return Path(text)
+
+
 def _add_decoding_options(parser: argparse.ArgumentParser) -> None:
     """The options of `translate` and `evaluate` that say which model, and how to decode."""
-    parser.add_argument("checkpoint", type=Path, metavar="RUN_DIR_OR_CHECKPOINT",
-                        help="a run directory of train (its model.pt), or a checkpoint file")
+    parser.add_argument("checkpoint", type=run_or_pretrained, metavar="RUN_DIR_OR_CHECKPOINT",
+                        help="a run directory of train (its model.pt), a checkpoint file, or "
+                        f"{PREFIX}NAME, a translator shipped with the package ({', '.join(available())})")
     parser.add_argument("--vocab", type=Path, metavar="FILE",
                         help="the vocabulary the model was trained with (default: the run's vocab.json)")
     parser.add_argument("--beam-size", type=positive_int, metavar="K",
