@@ -34,7 +34,7 @@ from .machinery.training_checks import check_train_config
 from .machinery.wrappers import unwrap_model
 from .model import Transformer, TransformerConfig, check_types, make_model
 from .optimizer import make_optimizer
-from .regularization import LabelSmoothingLoss, token_nll
+from .regularization import LabelSmoothingLoss, rdrop_forward_loss, token_nll
 
 # %% ../book/09_training.ipynb #38ccbf36
 _QUICK_ENV = "ANNOTATED_TRANSFORMER_QUICK"
@@ -57,6 +57,7 @@ class TrainConfig:
     cooldown: float = 0.0  # not in the paper: over this share of max_steps at the end, the rate falls
     # linearly towards 0 (0.3: the last 30% of the steps; 0: the paper's schedule to the end)
     label_smoothing: float = 0.1  # ε_ls, §5.4
+    rdrop_alpha: float = 0.0  # R-Drop (chapter 8): α > 0, each batch twice, α × the passes' symmetric KL
     clip_grad_norm: float | None = None  # not in the paper; None = no clipping
     track_grad_norm: bool = False  # report the gradient norm of every step even without clipping
     precision: Precision = "auto"  # bf16 on a GPU that has it, else fp16 (a gradient scaler); fp32 on a CPU
@@ -196,12 +197,12 @@ class Trainer:
         self.position = 0
         self._checkpoint_step: int | None = None  # the step of the last checkpoint, for TrainingDiverged
 
-    def _forward_loss(
-        self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_mask: Tensor, tgt_mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """The summed smoothed loss and the summed cross-entropy of a micro-batch (one log-softmax)."""
-        module = self.ddp if self.ddp is not None else self.model
-        return self.criterion.loss_and_nll(module(src, tgt_in, src_mask, tgt_mask), tgt_out)
+    def _forward_loss(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, src_mask: Tensor,
+                      tgt_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """The summed smoothed loss and the summed cross-entropy of a micro-batch (one log-softmax;
+        with rdrop_alpha > 0, of two passes, chapter 8's R-Drop)."""
+        module, inputs = self.ddp if self.ddp is not None else self.model, (src, tgt_in, src_mask, tgt_mask)
+        return rdrop_forward_loss(module, inputs, tgt_out, self.criterion, self.config.rdrop_alpha, self.pad)
 
 # %% ../book/09_training.ipynb #f6b1d89f
 @add_to_class(Trainer)

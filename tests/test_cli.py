@@ -294,6 +294,7 @@ EVERY_OPTION = {
     "accumulate": ("--accumulate", 2), "warmup": ("--warmup", 20), "warmup_ramp": ("--no-warmup-ramp", False),
     "lr_factor": ("--lr-factor", 0.7), "cooldown": ("--cooldown", 0.3),
     "label_smoothing": ("--label-smoothing", 0.2), "clip_grad_norm": ("--clip-grad-norm", 1.5),
+    "rdrop_alpha": ("--rdrop-alpha", 0.5),
     "precision": ("--precision", "fp32"), "compile": ("--compile", True),
     "checkpoint_every": ("--checkpoint-every", 7), "seed": ("--seed", 3), "max_tokens": ("--max-tokens", 800),
     "max_minutes": ("--max-minutes", 2.5),
@@ -323,6 +324,8 @@ def test_bad_values_of_new_fields_name_the_option(tmp_path, capsys):
                             "d_model / n_heads")
     message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--attention-dropout", "1.5")
     assert message.endswith("--attention-dropout must lie in [0, 1), got 1.5")
+    message = fails(capsys, "train", "--run-dir", tmp_path / "x", "--rdrop-alpha", "-1")
+    assert message.endswith("--rdrop-alpha must be >= 0 and finite (0: no R-Drop), got -1.0")
     assert not (tmp_path / "x").exists()
     with pytest.raises(SystemExit):
         main(["train", "--positional", "rotary"])

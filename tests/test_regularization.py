@@ -1,4 +1,4 @@
-"""Label smoothing (§5.4) and the unsmoothed per-token cross-entropy."""
+"""Label smoothing (§5.4), the unsmoothed per-token cross-entropy, and R-Drop (Liang et al., 2021)."""
 
 import math
 
@@ -6,13 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from annotated_transformer.batching import PAD
+from annotated_transformer.batching import PAD, make_batch
+from annotated_transformer.model import make_model
 from annotated_transformer.regularization import (
     LabelSmoothingLoss,
     perplexity,
     projected_smoothed_loss,
+    rdrop_forward_loss,
+    rdrop_loss,
     smoothed_distribution,
     smoothed_loss_floor,
+    symmetric_kl,
     token_nll,
 )
 
@@ -339,3 +343,76 @@ def test_the_chunked_loss_without_gradients_and_its_errors():
         projected_smoothed_loss(hidden, weight, target, chunk_rows=0)
     with pytest.raises(ValueError, match="integer class ids"):
         projected_smoothed_loss(hidden, weight, target.double())
+
+
+# --- R-Drop ----------------------------------------------------------------------------------
+
+
+def test_the_symmetric_kl_of_identical_outputs_is_zero():
+    logits, target = random_problem(0)
+    assert symmetric_kl(logits, logits.clone(), target) == 0
+    assert symmetric_kl(logits, logits + 5.0, target) < 1e-4  # the same softmax, shifted logits
+    assert symmetric_kl(logits, torch.randn_like(logits), target) > 0.1
+
+
+def test_the_symmetric_kl_is_kl_div_both_ways_over_the_real_tokens():
+    logits_1, target = random_problem(1, vocab_size=6, shape=(2, 5), n_pad=3)
+    logits_2 = logits_1 + torch.randn(logits_1.shape, generator=torch.Generator().manual_seed(9))
+    log_p1, log_p2 = F.log_softmax(logits_1, dim=-1), F.log_softmax(logits_2, dim=-1)
+    # kl_div(input, target) is KL(target ‖ input), with `input` as log-probabilities
+    kl_12 = F.kl_div(log_p2, log_p1, log_target=True, reduction="none").sum(-1)  # KL(P1 ‖ P2)
+    kl_21 = F.kl_div(log_p1, log_p2, log_target=True, reduction="none").sum(-1)  # KL(P2 ‖ P1)
+    real = target != PAD
+    assert 0 < int(real.sum()) < target.numel()
+    expected = ((kl_12 + kl_21) / 2)[real].sum()
+    torch.testing.assert_close(symmetric_kl(logits_1, logits_2, target), expected)
+    everything = ((kl_12 + kl_21) / 2).sum()  # padding included: another value
+    assert not torch.allclose(everything, expected)
+    torch.testing.assert_close(symmetric_kl(logits_1, logits_2, target, pad=None), everything)
+
+
+def test_rdrop_loss_with_alpha_zero_is_the_mean_of_the_two_passes_losses():
+    logits_1, target = random_problem(2)
+    logits_2 = torch.randn_like(logits_1)
+    criterion = LabelSmoothingLoss(13, 0.1)
+    loss, nll = rdrop_loss(logits_1, logits_2, target, criterion, 0.0)
+    torch.testing.assert_close(loss, (criterion(logits_1, target) + criterion(logits_2, target)) / 2)
+    torch.testing.assert_close(nll, (token_nll(logits_1, target) + token_nll(logits_2, target)) / 2)
+    with_kl, _ = rdrop_loss(logits_1, logits_2, target, criterion, 2.0)
+    torch.testing.assert_close(with_kl, loss + 2.0 * symmetric_kl(logits_1, logits_2, target))
+
+
+def rdrop_problem(dropout: float):
+    torch.manual_seed(0)
+    model = make_model(src_vocab_size=13, tgt_vocab_size=13, n_layers=1, d_model=16, d_ff=32, n_heads=2,
+                       dropout=dropout).train()
+    batch = make_batch([([4, 5, 6], [7, 8]), ([9, 10], [11, 12, 4, 5])])
+    return model, (batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask), batch.tgt_out
+
+
+def test_without_dropout_the_rdrop_loss_is_the_plain_loss():
+    model, inputs, target = rdrop_problem(dropout=0.0)
+    criterion = LabelSmoothingLoss(13, 0.1)
+    plain, plain_nll = criterion.loss_and_nll(model(*inputs), target)
+    loss, nll = rdrop_forward_loss(model, inputs, target, criterion, alpha=1.0)
+    torch.testing.assert_close(loss, plain)
+    torch.testing.assert_close(nll, plain_nll)
+
+
+def test_with_dropout_the_two_passes_differ_and_alpha_zero_is_one_plain_pass():
+    model, inputs, target = rdrop_problem(dropout=0.3)
+    criterion = LabelSmoothingLoss(13, 0.1)
+    torch.manual_seed(1)
+    plain = criterion.loss_and_nll(model(*inputs), target)
+    torch.manual_seed(1)
+    one_pass = rdrop_forward_loss(model, inputs, target, criterion, alpha=0.0)
+    assert all(torch.equal(a, b) for a, b in zip(plain, one_pass, strict=True))  # bit for bit
+    torch.manual_seed(1)
+    loss, _ = rdrop_forward_loss(model, inputs, target, criterion, alpha=1.0)
+    torch.manual_seed(1)
+    logits_1, logits_2 = model(*(torch.cat([x, x]) for x in inputs)).chunk(2)
+    kl = symmetric_kl(logits_1, logits_2, target)
+    assert kl > 0
+    torch.testing.assert_close(loss, rdrop_loss(logits_1, logits_2, target, criterion, 1.0)[0])
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import (
+    OLD_RECIPE_JSON,
     assert_identical,
     copy_batches,
     max_difference,
@@ -75,6 +76,8 @@ def test_train_config_defaults_are_the_papers():
         ({"checkpoint_every": -1}, "checkpoint_every must be >= 0"),
         ({"cooldown": 1.2}, r"cooldown must lie in \[0, 1\]"),
         ({"cooldown": -0.5}, r"cooldown must lie in \[0, 1\]"),
+        ({"rdrop_alpha": -0.5}, r"^rdrop_alpha must be >= 0 and finite \(0: no R-Drop\), got -0.5$"),
+        ({"rdrop_alpha": float("inf")}, r"^rdrop_alpha must be >= 0 and finite"),
     ],
 )
 def test_train_config_rejects_bad_values(fields, message):
@@ -111,6 +114,37 @@ def test_per_micro_batch_means_would_give_another_gradient():
         (wrong.criterion(logits, batch.tgt_out) / batch.n_tokens / 3).backward()
     grads = [p.grad for p in wrong.model.parameters()]
     assert max_difference(grads, [p.grad for p in reference.model.parameters()]) > 1e-4
+
+
+def test_an_rdrop_step_trains_two_dropout_passes_and_alpha_zero_is_todays_step():
+    batches = copy_batches(0)[:2]
+
+    def step(old_step: bool = False, **config):
+        trainer = tiny_trainer(model_overrides={"dropout": 0.1}, **config)
+        if old_step:  # the step before R-Drop: one pass, the smoothed loss of its logits
+            trainer.forward_loss = lambda src, tgt_in, tgt_out, src_mask, tgt_mask: (
+                trainer.criterion.loss_and_nll(trainer.model(src, tgt_in, src_mask, tgt_mask), tgt_out))
+        torch.manual_seed(3)
+        return trainer, trainer.train_step(batches)
+
+    today, today_stats = step(old_step=True)
+    zero, zero_stats = step(rdrop_alpha=0.0)
+    assert (zero_stats.loss, zero_stats.nll) == (today_stats.loss, today_stats.nll)  # bit for bit
+    assert_identical(parameters(zero), parameters(today))
+    rdrop, rdrop_stats = step(rdrop_alpha=1.0)
+    assert rdrop.model.training and all(p.grad is not None for p in rdrop.model.parameters())
+    assert math.isfinite(rdrop_stats.loss) and rdrop_stats.loss != zero_stats.loss
+    assert rdrop_stats.n_tokens == zero_stats.n_tokens
+    assert max_difference(parameters(rdrop), parameters(zero)) > 0
+
+
+def test_a_recipe_json_without_rdrop_alpha_trains_without_r_drop():
+    from annotated_transformer.recipes import Recipe
+
+    assert "rdrop_alpha" not in OLD_RECIPE_JSON
+    recipe = Recipe.from_dict(OLD_RECIPE_JSON)
+    assert recipe.train.rdrop_alpha == 0.0 and recipe.to_dict()["rdrop_alpha"] == 0.0
+    assert recipe.replace(rdrop_alpha=0.5).train.rdrop_alpha == 0.5
 
 
 def test_schedule_advances_once_per_optimizer_step():
@@ -456,8 +490,9 @@ def test_a_non_finite_lr_factor_is_refused():
 # --- torch.compile: no graph breaks, few compilations ------------------------------------------
 
 
-def test_the_training_forward_and_loss_have_no_graph_break():
-    t = tiny_trainer()
+@pytest.mark.parametrize("rdrop_alpha", [0.0, 1.0])  # one pass, or R-Drop's two
+def test_the_training_forward_and_loss_have_no_graph_break(rdrop_alpha):
+    t = tiny_trainer(rdrop_alpha=rdrop_alpha)
     explanation = torch._dynamo.explain(t._forward_loss)(*copy_batches(0)[0].tensors())
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
 

@@ -85,6 +85,9 @@ _RECIPE_HELP = {
     "cooldown": "lower the rate linearly towards 0 over this last share of the steps, e.g. 0.3 (not in "
                 "the paper; chapter 7)",
     "label_smoothing": "epsilon_ls, label smoothing (§5.4)",
+    "rdrop_alpha": "R-Drop: each batch through the model twice, plus X times the symmetric KL divergence of "
+                   "the two passes' predictions (Liang et al. 2021; not in the paper; chapter 8). 0: off; "
+                   "a step costs about twice as much",
     "clip_grad_norm": "clip the gradient norm of each step to X (not in the paper; default: no clipping)",
     "checkpoint_every": "optimizer steps between checkpoints",
     "average_last": "how many of the last checkpoints model.pt averages (§6.1)",
