@@ -31,6 +31,7 @@ class Recipe(RecipeFile):
     vocab: VocabKind = "bpe"  # "bpe": one joint subword vocabulary (§5.1); "word": one per language
     vocab_size: int = 8000  # BPE pieces, specials included (ignored for "word")
     min_freq: int = 2  # a word (or BPE pair) must occur this often in the training data
+    bpe_dropout: float = 0.0  # chapter 13's BPE-dropout of the training words (ignored for "word")
     model: TransformerConfig  # chapter 5; its vocabulary sizes are the vocabularies' (`model_config`)
     train: TrainConfig  # chapter 9; its display and log points are the run's (`train_config`)
     max_tokens: int = 3000  # padded source or target tokens per batch, per process (§5.1: 25000)

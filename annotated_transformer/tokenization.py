@@ -13,6 +13,7 @@ __all__ = ['SPECIALS', 'END_OF_WORD', 'VocabKind', 'SpacyTokenizer', 'detokenize
 import heapq
 import itertools
 import json
+import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -180,6 +181,21 @@ def _merge(symbols: list[str], pair: tuple[str, str]) -> list[str]:
             merged.append(symbols[i])
             i += 1
     return merged
+
+
+def _sample_merges(
+    word: str, ranks: dict[tuple[str, str], int], dropout: float, rng: random.Random
+) -> list[str]:
+    """BPE-dropout (Provilkov et al., 2020, §3): segment `word` with the merges (`ranks`: their order of
+    learning), the earliest-learned applicable one first, but skip each with probability `dropout` and
+    stop when every applicable merge was skipped. `dropout=0` is BPE itself, `dropout=1` characters."""
+    symbols = [*word[:-1], word[-1] + END_OF_WORD]
+    while True:
+        found = sorted((ranks[p], i) for i, p in enumerate(itertools.pairwise(symbols)) if p in ranks)
+        i = next((i for _, i in found if rng.random() >= dropout), None)  # a fresh draw for each merge
+        if i is None:
+            return symbols
+        symbols[i : i + 2] = [symbols[i] + symbols[i + 1]]
 
 
 def _learn_merges(

@@ -23,7 +23,7 @@ from .decoding import average_checkpoints
 from .model import Transformer, make_model
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
 from .tokenization import encode_pairs, token_batches
-from .machinery.corpus_cache import cached_encode_pairs
+from .machinery.corpus_cache import cached_encode_pairs, training_batches
 from .machinery.checks import check_count as _check_count, check_pairs as _check_pairs
 from .training import Trainer, evaluate
 from .checkpoints import read_checkpoint, save_checkpoint
@@ -98,8 +98,9 @@ def train_translation(
             record_data_dir(run_dir, corpus_options)
         vocabs = load_vocabularies(run_dir, recipe, train_pairs)  # chapter 13
         encoded = cached_encode_pairs(train_pairs, vocabs, files.cache)
-        epoch_batches = token_batches(encoded, recipe.max_tokens, seed=recipe.train.seed, rank=rank,
-                                      world_size=world_size, pin_memory=device.type == "cuda")
+        epoch_batches = training_batches(train_pairs, encoded, vocabs, recipe.bpe_dropout, recipe.max_tokens,
+                                         seed=recipe.train.seed, rank=rank, world_size=world_size,
+                                         pin_memory=device.type == "cuda")  # bpe_dropout: a sample an epoch
         torch.manual_seed(recipe.train.seed)
         model = make_model(recipe.model_config(vocabs))  # chapter 5
         trainer = Trainer(model, recipe.train_config(progress), device=device)  # chapter 9

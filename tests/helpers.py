@@ -184,8 +184,8 @@ def fails(capsys, main, *argv) -> str:
 
 # The recipe.json of the tests' tiny recipe (`get_recipe("builtin", n_layers=1, d_model=32, ...)`) as
 # the package wrote it before a recipe held the model's and the training's configurations: one flat
-# dict, `decoder_layers` for n_decoder_layers, and no attention_dropout, ffn_dropout, max_len or
-# layer_norm_eps (the runs of then used their defaults).
+# dict, `decoder_layers` for n_decoder_layers, and no attention_dropout, ffn_dropout, max_len,
+# layer_norm_eps or bpe_dropout (the runs of then used their defaults).
 OLD_RECIPE_JSON = {
     "name": "builtin", "corpus": "builtin", "vocab": "bpe", "vocab_size": 300, "min_freq": 2, "n_layers": 1,
     "decoder_layers": None, "d_model": 32, "d_ff": 64, "n_heads": 2, "d_k": None, "d_v": None, "dropout": 0.1,

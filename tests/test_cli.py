@@ -285,7 +285,8 @@ def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
 # keep their names (N and h of Table 3 as --layers and --heads), and each reaches its part.
 EVERY_OPTION = {
     "corpus": ("--corpus", "multi30k"), "vocab": ("--vocab", "word"), "vocab_size": ("--vocab-size", 500),
-    "min_freq": ("--min-freq", 3), "n_layers": ("--layers", 3), "n_decoder_layers": ("--decoder-layers", 1),
+    "min_freq": ("--min-freq", 3), "bpe_dropout": ("--bpe-dropout", 0.1), "n_layers": ("--layers", 3),
+    "n_decoder_layers": ("--decoder-layers", 1),
     "d_model": ("--d-model", 256), "d_ff": ("--d-ff", 256), "n_heads": ("--heads", 8), "d_k": ("--d-k", 16),
     "d_v": ("--d-v", 8), "dropout": ("--dropout", 0.2), "attention_dropout": ("--attention-dropout", 0.1),
     "ffn_dropout": ("--ffn-dropout", 0.05), "max_len": ("--max-len", 600),

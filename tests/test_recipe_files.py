@@ -67,7 +67,7 @@ def test_a_recipe_written_before_the_recipe_held_its_parts_is_read():
     new = tiny_recipe().to_dict()
     assert set(new) ^ set(OLD_RECIPE_JSON) == {  # the names the two formats differ in
         "decoder_layers", "n_decoder_layers", "attention_dropout", "ffn_dropout", "max_len", "layer_norm_eps",
-        "rdrop_alpha"}
+        "rdrop_alpha", "bpe_dropout"}
     assert all(new[name] == value for name, value in OLD_RECIPE_JSON.items() if name in new)
     assert Recipe.from_dict({**OLD_RECIPE_JSON, "decoder_layers": 1}).model.n_decoder_layers == 1
     with pytest.raises(ValueError, match=r"unknown recipe field\(s\) \['d_hidden'\]"):

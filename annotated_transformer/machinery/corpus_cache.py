@@ -9,22 +9,33 @@ key changes, so a stale file is never read.
 The file holds each side's ids as two flat tensors (`pack`: the lengths of the rows and their ids
 end to end), written atomically and loaded with `weights_only=True`. A damaged or foreign file is
 not trusted: the corpus is encoded again and the file replaced.
+
+With BPE-dropout (chapter 13's `_sample_merges`, the recipe's `bpe_dropout`) the training pairs'
+ids do change: every epoch samples a new segmentation of every word. `dropout_epochs` tokenizes the
+pairs once (spaCy) and returns `epoch -> EncodedPairs`, each epoch's sample drawn from a generator
+seeded by the run's seed and the epoch, so that a resumed or distributed run (every rank) draws the
+same; `training_batches` gives `Trainer.fit` the token batches of each epoch's sample, or, at
+dropout 0, exactly chapter 13's `token_batches` of the cached encoding. Only training batches are
+built so: the vocabulary, validation and test keep plain BPE.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
 from annotated_transformer.files import atomic_save
-from annotated_transformer.tokenization import EncodedPairs, Vocabularies, encode_pairs
+from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs, Vocabularies, _sample_merges,
+                                                encode_pairs, token_batches)
 
 from .checks import check_pairs
 
-__all__ = ["cached_encode_pairs", "corpus_key", "pack", "unpack"]
+__all__ = ["cached_encode_pairs", "corpus_key", "dropout_epochs", "pack", "sample_ids", "training_batches",
+           "unpack"]
 
 
 def pack(rows: list[list[int]]) -> dict[str, torch.Tensor]:
@@ -74,3 +85,51 @@ def cached_encode_pairs(
     encoded = encode_pairs(pairs, vocabs)
     atomic_save({"key": key, "source": pack(encoded.source), "target": pack(encoded.target)}, path)
     return encoded
+
+
+def sample_ids(bpe: BPE, sentences: Sequence[Sequence[str]], dropout: float, rng: random.Random) -> list[list[int]]:
+    """`bpe.encode_batch(sentences)` with BPE-dropout: every word's segmentation sampled with `rng`
+    (chapter 13's `_sample_merges`); `dropout=0` gives `encode_batch`'s ids."""
+    ranks = {pair: rank for rank, pair in enumerate(bpe.merges)}
+    lookup = bpe.vocab.lookup_indices
+    return [lookup([piece for word in words for part in word.split()
+                    for piece in _sample_merges(part, ranks, dropout, rng)]) for words in sentences]
+
+
+def dropout_epochs(
+    pairs: Sequence[tuple[str, str]], vocabs: Vocabularies, dropout: float, seed: int = 0
+) -> Callable[[int], EncodedPairs]:
+    """`epoch -> EncodedPairs`: the pairs as `encode_pairs` encodes them (the same pairs kept), but
+    every word segmented with BPE-dropout `dropout`, a new sample each epoch, the same for the same
+    `seed` and epoch. The pairs are tokenized (spaCy) once, here."""
+    pairs = check_pairs(pairs)
+    if vocabs.kind != "bpe":
+        raise ValueError(f"BPE-dropout needs a BPE vocabulary, not {vocabs.kind!r}")
+    source = vocabs.source.tokenizer.pipe(s for s, _ in pairs)
+    target = vocabs.target.tokenizer.pipe(t for _, t in pairs)
+    kept = [i for i, words in enumerate(source) if any(word.split() for word in words)]  # as encode_pairs
+    source, target = [source[i] for i in kept], [target[i] for i in kept]
+
+    def epoch_pairs(epoch: int) -> EncodedPairs:
+        rng = random.Random(f"bpe-dropout {seed} {epoch}")
+        return EncodedPairs(sample_ids(vocabs.source.bpe, source, dropout, rng),
+                            sample_ids(vocabs.target.bpe, target, dropout, rng))
+
+    return epoch_pairs
+
+
+def training_batches(
+    pairs: Sequence[tuple[str, str]],
+    encoded: EncodedPairs,
+    vocabs: Vocabularies,
+    dropout: float,
+    max_tokens: int,
+    **options,
+) -> Callable[[int], BatchSequence]:
+    """The training run's `epoch -> BatchSequence`: `token_batches(encoded, max_tokens, **options)`
+    at `dropout=0` or with word vocabularies (which have no merges to drop); otherwise each epoch's batches of `dropout_epochs(pairs, ...)(epoch)`, the
+    epoch's own sample, batched and shuffled as `token_batches` does (`options`: its seed, rank...)."""
+    if dropout == 0 or vocabs.kind != "bpe":
+        return token_batches(encoded, max_tokens, **options)
+    sample = dropout_epochs(pairs, vocabs, dropout, options.get("seed", 0))
+    return lambda epoch: token_batches(sample(epoch), max_tokens, **options)(epoch)

@@ -97,9 +97,10 @@ def refuse_unknown(recipe_class: type, settings: Mapping[str, Any]) -> None:
 
 def check_recipe(recipe: Any) -> None:
     """Refuse, naming the field at fault, a recipe whose own fields are wrong: a corpus chapter 12
-    lacks, a count below 1, vocabulary pieces no more than the specials, an α that is not finite, a
-    time limit that is not positive, no checkpoints (a run resumes from them), or a part that sets
-    what the run sets (`LEFT_TO_RUN`). The parts checked their own fields when they were made."""
+    lacks, a count below 1, vocabulary pieces no more than the specials, a BPE-dropout outside [0, 1), an
+    α that is not finite, a time limit that is not positive, no checkpoints (a run resumes from them),
+    or a part that sets what the run sets (`LEFT_TO_RUN`). The parts checked their own fields when they
+    were made."""
     check_types(recipe)  # each field's type (a TransformerConfig, a TrainConfig), and `vocab`'s choices
     if recipe.corpus not in CORPORA:
         raise ValueError(f"unknown corpus {recipe.corpus!r}: choose one of {', '.join(CORPORA)}")
@@ -108,6 +109,8 @@ def check_recipe(recipe: Any) -> None:
             raise field_error(name, "be at least 1", getattr(recipe, name))
     if recipe.vocab == "bpe" and recipe.vocab_size <= len(SPECIALS):
         raise field_error("vocab_size", f"exceed the {len(SPECIALS)} special tokens", recipe.vocab_size)
+    if not 0 <= recipe.bpe_dropout < 1:  # (NaN fails too) 1 would leave every training word in characters
+        raise field_error("bpe_dropout", "be in [0, 1)", recipe.bpe_dropout)
     if not (math.isfinite(recipe.alpha) and recipe.alpha >= 0):
         raise field_error("alpha", "be >= 0 and finite", recipe.alpha)
     if recipe.max_minutes is not None and not recipe.max_minutes > 0:

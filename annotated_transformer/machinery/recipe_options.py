@@ -66,6 +66,8 @@ _RECIPE_HELP = {
     "vocab": "bpe: one subword vocabulary for both languages (§5.1); word: one word vocabulary each",
     "vocab_size": "subword vocabulary size, the 4 special tokens included (§5.1: about 37000)",
     "min_freq": "a word or subword merge must occur this often in the training data to be kept",
+    "bpe_dropout": "BPE-dropout (not in the paper; Provilkov et al., 2020): skip each merge of a training "
+                   "word with this probability, a new segmentation every epoch; 0: plain BPE (ignored for word)",
     "n_layers": "N, layers of the encoder and of the decoder (§3.1)",
     "n_decoder_layers": "layers of the decoder, if not N (not in the paper: a deep encoder and a "
                         "shallow decoder)",
