@@ -29,7 +29,8 @@ def test_it_loads_in_float32_with_its_recipes_decoding(translator):
     info = pretrained.describe("multi30k")
     assert all(p.dtype == torch.float32 for p in translator.model.parameters())
     assert sum(p.numel() for p in translator.model.parameters()) == info["parameters"]
-    assert (translator.beam_size, translator.alpha) == (info["decoding"]["beam_size"], info["decoding"]["alpha"])
+    decoding = info["decoding"]
+    assert (translator.beam_size, translator.alpha) == (decoding["beam_size"], decoding["alpha"])
 
 
 def test_it_translates_the_test_sentences_as_its_result_file_says(translator):
@@ -42,7 +43,7 @@ def test_a_damaged_or_unknown_translator_is_refused(tmp_path):
     shutil.copytree(pretrained._root(), root)
     with open(root / "multi30k" / "vocab.json", "a", encoding="utf-8") as file:
         file.write(" ")
-    with pytest.raises(ValueError, match="is damaged .*reinstall the package"):
+    with pytest.raises(ValueError, match=r"is damaged .*reinstall the package"):
         pretrained.pretrained_dir("multi30k", root)
     with pytest.raises(ValueError, match="no shipped translator 'wmt14': choose one of multi30k"):
         pretrained.pretrained_dir("wmt14")
