@@ -8,7 +8,8 @@ this book, and the package's small public API, re-exported from the chapters' mo
 __all__ = ['attention', 'padding_mask', 'subsequent_mask', 'target_mask', 'MultiHeadAttention', 'Transformer',
            'TransformerConfig', 'make_model', 'count_parameters', 'PAD', 'Batch', 'make_batch', 'Trainer',
            'TrainConfig', 'greedy_decode', 'beam_search', 'average_checkpoints', 'corpus', 'Recipe', 'RECIPES',
-           'get_recipe', 'train_translation', 'TrainingRun', 'Translator', 'evaluate_bleu', 'Evaluation']
+           'get_recipe', 'train_translation', 'TrainingRun', 'Translator', 'evaluate_bleu', 'Evaluation',
+           'load_pretrained']
 
 # %% ../book/01_introduction.ipynb #85c4e38c
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ from .data import corpus
 from .recipes import RECIPES, Recipe, get_recipe
 from .translation import TrainingRun, train_translation
 from .translator import Evaluation, Translator, evaluate_bleu
+from .machinery.pretrained import load_pretrained
 
 _all_ = [
     # §3: the model, its attention and masks
@@ -55,4 +57,5 @@ _all_ = [
     "Translator",
     "evaluate_bleu",
     "Evaluation",
+    "load_pretrained",
 ]

@@ -1,6 +1,6 @@
 """Ship a finished run's translator with the package (annotated_transformer/machinery/pretrained.py).
 
-    python tools/ship_pretrained.py RUN_DIR --name multi30k --data-dir DIR
+    python tools/ship_pretrained.py RUN_DIR --name multi30k --data-dir DIR --source "the run's command"
 
 Writes annotated_transformer/pretrained/NAME/ (the averaged model with half-precision weights,
 vocab.json, recipe.json) and NAME.json: the run's recipe and hardware, the cased sacreBLEU of the
@@ -23,7 +23,7 @@ from annotated_transformer.model import Transformer, TransformerConfig
 SAMPLE = 5  # test sentences whose translations the result file keeps (tests/test_pretrained.py)
 
 
-def ship(run_dir: Path, name: str, data_dir: Path) -> dict:
+def ship(run_dir: Path, name: str, data_dir: Path, source: str) -> dict:
     folder = _root() / name
     folder.mkdir(parents=True, exist_ok=True)
     data = read_checkpoint(run_dir / "model.pt")
@@ -36,13 +36,16 @@ def ship(run_dir: Path, name: str, data_dir: Path) -> dict:
     translator = Translator.load(folder, device="cpu")
     scores = {split: evaluate_bleu(translator, corpus("multi30k", split, root=data_dir))
               for split in ("val", "test")}
+    full = Translator.load(run_dir, device="cpu")  # the run's own float32 weights, for comparison
+    full_scores = {split: round(evaluate_bleu(full, corpus("multi30k", split, root=data_dir)).bleu, 2)
+                   for split in ("val", "test")}
     test = corpus("multi30k", "test", root=data_dir)[:SAMPLE]
     report = {
         "name": name,
         "recipe": json.loads((run_dir / "recipe.json").read_text(encoding="utf-8")).get("name"),
-        "source": "chapter 14's run of the recipe (python -m annotated_transformer train --config multi30k)",
+        "source": source,
         "steps": data["step"],
-        "averaged_steps": data["extra"].get("averaged_steps"),
+        "averaged": data["extra"].get("averaged"),
         "hardware": json.loads((run_dir / "hardware.json").read_text(encoding="utf-8")),
         "weights": "float16 on disk, float32 when loaded",
         "parameters": sum(p.numel() for p in translator.model.parameters()),
@@ -51,11 +54,12 @@ def ship(run_dir: Path, name: str, data_dir: Path) -> dict:
         "test": round(scores["test"].bleu, 2),
         "test_lowercased": round(scores["test"].bleu_lowercase, 2),
         "signature": scores["test"].signature,
+        "float32_run_model": full_scores,
         "decoding": {"beam_size": translator.beam_size, "alpha": translator.alpha},
         "translations": [{"source": source, "translation": translator.translate(source), "reference": ref}
                          for source, ref in test],
         "sha256": {file: sha256_of(folder / file) for file in FILES},
-        "command": f"python tools/ship_pretrained.py RUN_DIR --name {name} --data-dir DIR",
+        "command": f"python tools/ship_pretrained.py RUN_DIR --name {name} --data-dir DIR --source ...",
     }
     atomic_write_text(_root() / f"{name}.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     return report
@@ -67,8 +71,9 @@ def main() -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--name", default="multi30k")
     parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--source", required=True, help="the run's command, for the result file")
     args = parser.parse_args()
-    report = ship(args.run_dir, args.name, args.data_dir)
+    report = ship(args.run_dir, args.name, args.data_dir, args.source)
     print(json.dumps({k: v for k, v in report.items() if k != "translations"}, indent=1, ensure_ascii=False))
     return 0
 
