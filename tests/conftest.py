@@ -46,3 +46,22 @@ def tiny_run(tmp_path_factory) -> Iterator[Path]:
     now = _contents(run_dir)
     changed = sorted(name for name in trained.keys() | now.keys() if trained.get(name) != now.get(name))
     assert not changed, f"a test changed the shared tiny run (it must work on a copy): {changed}"
+
+
+@pytest.fixture(scope="session")
+def bpe_vocabs():
+    """A BPE vocabulary of the built-in corpus (400 pieces), shared by the tests of vocabulary files and
+    of the corpus cache; tests only read it."""
+    from annotated_transformer.data import builtin_corpus
+    from annotated_transformer.tokenization import build_vocabularies
+
+    return build_vocabularies(builtin_corpus("train"), "bpe", vocab_size=400)
+
+
+@pytest.fixture(scope="session")
+def word_vocabs():
+    """Word vocabularies of the built-in corpus, shared as `bpe_vocabs` is."""
+    from annotated_transformer.data import builtin_corpus
+    from annotated_transformer.tokenization import build_vocabularies
+
+    return build_vocabularies(builtin_corpus("train"), "word")

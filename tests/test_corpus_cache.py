@@ -14,16 +14,6 @@ from annotated_transformer.tokenization import Vocabularies, build_vocabularies,
 
 
 @pytest.fixture(scope="module")
-def bpe_vocabs() -> Vocabularies:
-    return build_vocabularies(builtin_corpus("train"), "bpe", vocab_size=400)
-
-
-@pytest.fixture(scope="module")
-def word_vocabs() -> Vocabularies:
-    return build_vocabularies(builtin_corpus("train"), "word")
-
-
-@pytest.fixture(scope="module")
 def tiny() -> Vocabularies:
     return build_vocabularies([("Ein Hund läuft.", "A dog runs."), ("Eine Katze schläft.", "A cat sleeps.")],
                               "word", min_freq=1)

@@ -36,16 +36,6 @@ PAIRS = [("Ein Hund läuft.", "A dog runs."), ("Eine Katze schläft.", "A cat sl
 
 
 @pytest.fixture(scope="module")
-def bpe_vocabs() -> Vocabularies:
-    return build_vocabularies(builtin_corpus("train"), "bpe", vocab_size=400)
-
-
-@pytest.fixture(scope="module")
-def word_vocabs() -> Vocabularies:
-    return build_vocabularies(builtin_corpus("train"), "word")
-
-
-@pytest.fixture(scope="module")
 def tiny() -> Vocabularies:
     return build_vocabularies(PAIRS, "word", min_freq=1)
 
