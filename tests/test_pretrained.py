@@ -40,7 +40,7 @@ def test_it_translates_the_test_sentences_as_its_result_file_says(translator):
 
 def test_a_damaged_or_unknown_translator_is_refused(tmp_path):
     root = tmp_path / "pretrained"
-    shutil.copytree(pretrained._root(), root)
+    shutil.copytree(pretrained.shipped_root(), root)
     with open(root / "multi30k" / "vocab.json", "a", encoding="utf-8") as file:
         file.write(" ")
     with pytest.raises(ValueError, match=r"is damaged .*reinstall the package"):

@@ -17,14 +17,14 @@ from pathlib import Path
 from annotated_transformer import Translator, corpus, evaluate_bleu
 from annotated_transformer.checkpoints import read_checkpoint, save_checkpoint
 from annotated_transformer.files import atomic_write_text
-from annotated_transformer.machinery.pretrained import FILES, _root, sha256_of
+from annotated_transformer.machinery.pretrained import FILES, sha256_of, shipped_root
 from annotated_transformer.model import Transformer, TransformerConfig
 
 SAMPLE = 5  # test sentences whose translations the result file keeps (tests/test_pretrained.py)
 
 
 def ship(run_dir: Path, name: str, data_dir: Path, source: str) -> dict:
-    folder = _root() / name
+    folder = shipped_root() / name
     folder.mkdir(parents=True, exist_ok=True)
     data = read_checkpoint(run_dir / "model.pt")
     model = Transformer(TransformerConfig(**data["config"]))
@@ -61,7 +61,8 @@ def ship(run_dir: Path, name: str, data_dir: Path, source: str) -> dict:
         "sha256": {file: sha256_of(folder / file) for file in FILES},
         "command": f"python tools/ship_pretrained.py RUN_DIR --name {name} --data-dir DIR --source ...",
     }
-    atomic_write_text(_root() / f"{name}.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    text = json.dumps(report, indent=1, ensure_ascii=False) + "\n"
+    atomic_write_text(shipped_root() / f"{name}.json", text)
     return report
 
 

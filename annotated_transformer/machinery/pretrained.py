@@ -20,13 +20,15 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FILES", "PREFIX", "available", "describe", "load_pretrained", "pretrained_dir", "sha256_of"]
+__all__ = ["FILES", "PREFIX", "available", "describe", "load_pretrained", "pretrained_dir", "sha256_of",
+           "shipped_root"]
 
 FILES = ("model.pt", "vocab.json", "recipe.json")  # what a shipped translator's folder holds
 PREFIX = "pretrained:"  # how the command line names one where a run directory goes
 
 
-def _root() -> Path:
+def shipped_root() -> Path:
+    """The folder of the shipped translators, annotated_transformer/pretrained/."""
     return Path(str(files("annotated_transformer") / "pretrained"))
 
 
@@ -40,13 +42,13 @@ def sha256_of(path: Path) -> str:
 
 def available(root: Path | None = None) -> list[str]:
     """The names of the translators shipped with the package."""
-    root = root or _root()
+    root = root or shipped_root()
     return sorted(path.stem for path in root.glob("*.json") if (root / path.stem).is_dir())
 
 
 def describe(name: str, root: Path | None = None) -> dict[str, Any]:
     """The result file of the shipped translator `name`: its source, scores and files' SHA-256."""
-    root = root or _root()
+    root = root or shipped_root()
     if not isinstance(name, str) or name not in available(root):
         raise ValueError(f"no shipped translator {name!r}: choose one of {', '.join(available(root)) or 'none'}")
     return json.loads((root / f"{name}.json").read_text(encoding="utf-8"))
@@ -55,7 +57,7 @@ def describe(name: str, root: Path | None = None) -> dict[str, Any]:
 def pretrained_dir(name: str, root: Path | None = None) -> Path:
     """The folder of the shipped translator `name`, after checking that each file is the one its
     result file names (a damaged or replaced file is refused, never read)."""
-    root = root or _root()
+    root = root or shipped_root()
     expected = describe(name, root)["sha256"]
     folder = root / name
     for file in FILES:
