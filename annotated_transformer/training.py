@@ -29,6 +29,7 @@ from .errors import Setting, SettingsMessage
 from .machinery.platform import check_compile_support
 from .machinery.classes import add_to_class
 from .machinery.prefetch import prefetched
+from .machinery.processes import rank_and_world_size
 from .machinery.progress import Progress
 from .machinery.training_checks import check_train_config
 from .machinery.wrappers import unwrap_model
@@ -151,14 +152,6 @@ def _first_non_finite(records: Sequence[StepStats]) -> tuple[int, str, float] | 
     return None
 
 # %% ../book/09_training.ipynb #5b5fb1d8
-def _rank_and_world_size() -> tuple[int, int]:
-    """(rank, number of processes) of a torch.distributed run; (0, 1) when there is none."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 class Trainer:
     """The §5 training procedure: Adam with the warmup schedule and label smoothing, plus gradient
     accumulation, mixed precision and compilation. `train_step` is one optimizer step, `fit` a run;
@@ -167,8 +160,8 @@ class Trainer:
 
     def __init__(self, model: Transformer, config: TrainConfig = TrainConfig(), device=None, pad: int = PAD):
         self.config = config
-        self.rank, self.world_size = _rank_and_world_size()
-        self.is_main = self.rank == 0  # the rank that shows progress
+        self.rank, self.world_size = rank_and_world_size()
+        self.is_main = self.rank == 0  # the rank that shows progress and writes the run's files
         self.device = torch.device(device) if device is not None else default_device()
         if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU

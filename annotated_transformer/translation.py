@@ -31,6 +31,7 @@ from .machinery.hardware import check_device
 from .machinery.run_directory import RunDirectory, open_run
 from .machinery.run_directory import record_data_dir
 from .machinery.long_run import LongRun
+from .machinery.processes import is_main_process, rank_and_world_size
 from .recipes import Recipe
 from .translator import InputWarning, Translator, bleu
 from .machinery.recipe_files import BUILT_FROM, check_rebuilt_vocabulary, run_fingerprint
@@ -81,8 +82,6 @@ def train_translation(
     corpus_options: dict | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
-    rank: int = 0,
-    world_size: int = 1,
     validator: "Validator | None" = None,
 ) -> TrainingRun:
     """Train a translation model with `recipe` in `run_dir`, resuming from its newest checkpoint, and
@@ -90,11 +89,12 @@ def train_translation(
     rank 0 also scores the model on held-out sentences every `validator.every` steps and at the end,
     into `validation.json`."""
     device = check_device(device)
-    run_dir, write, corpus_options = Path(run_dir), rank == 0, corpus_options or {}
+    run_dir, corpus_options = Path(run_dir), corpus_options or {}
+    rank, world_size = rank_and_world_size()  # under torchrun, each process trains its share
     upgrade = lambda saved: Recipe.from_dict(saved).to_dict()  # a recipe.json of an older version
-    with open_run(run_dir, recipe.to_dict(), upgrade, BUILT_FROM, write, world_size) as files:
+    with open_run(run_dir, recipe.to_dict(), upgrade, BUILT_FROM) as files:
         train_pairs = corpus(recipe.corpus, "train", **corpus_options)  # chapter 12
-        if write:
+        if rank == 0:  # the one process that writes the run's files
             record_data_dir(run_dir, corpus_options)
         vocabs = load_vocabularies(run_dir, recipe, train_pairs)  # chapter 13
         encoded = cached_encode_pairs(train_pairs, vocabs, files.cache)
@@ -107,30 +107,30 @@ def train_translation(
         check_run_vocabulary(run_dir, vocabs)
         extra = {**run_fingerprint(recipe, vocabs, model.config),  # in every checkpoint of the run
                  "longest_source": max(map(len, encoded.source), default=0)}
-        run = LongRun(run_dir, trainer, extra, keep=recipe.average_last, max_minutes=recipe.max_minutes,
-                      write=write)  # chapter 10: resumed from the newest checkpoint
+        # chapter 10: resumed from the newest checkpoint
+        run = LongRun(run_dir, trainer, extra, keep=recipe.average_last, max_minutes=recipe.max_minutes)
         warning = batch_warning(encoded.lengths(), recipe.max_tokens)
-        if write and warning is not None and trainer.step < recipe.train.max_steps:
+        if rank == 0 and warning is not None and trainer.step < recipe.train.max_steps:
             warnings.warn(warning, stacklevel=2)
         score = functools.partial(validator, trainer.model, vocabs) if validator is not None else None
         stopped = run.train(epoch_batches, score, every=validator.every if validator is not None else 0)
-        model = _finish_run(run_dir, recipe, trainer.model, write, extra=run.extra)
+        model = _finish_run(run_dir, recipe, trainer.model, extra=run.extra)
     return TrainingRun(run_dir, recipe, vocabs, model, run.history.records, run.history.minutes_trained(),
                        run.hardware, steps=trainer.step, out_of_time=stopped,
                        fitted_last_step=run.fitted_last_step)
 
 # %% ../book/14_translation.ipynb #226f8ab8
 def _finish_run(
-    run_dir: Path, recipe: Recipe, model: Transformer, write: bool = True, extra: dict | None = None
+    run_dir: Path, recipe: Recipe, model: Transformer, extra: dict | None = None
 ) -> Transformer:
     """Average the last checkpoints into `model.pt` (§6.1), with the run's fingerprints (by default
-    those of its recipe, vocab.json and `model`) and `extra`; `write=False` (every rank but 0 of a
-    distributed run) only averages."""
+    those of its recipe, vocab.json and `model`) and `extra`; every rank but 0 of a
+    distributed run only averages."""
     files = RunDirectory(run_dir)
     paths = files.checkpoint_paths()[-recipe.average_last :]
     if paths:
         model.load_state_dict(average_checkpoints(paths))
-    if not write:
+    if not is_main_process():
         return model
     fingerprint = run_fingerprint(recipe, Vocabularies.load(files.vocab), model.config)
     extra = {**fingerprint, **(extra or {}), "averaged": [p.name for p in paths]}

@@ -71,13 +71,13 @@ def _worker(rank: int, out: str, port: int) -> None:
             trainer.fit(lambda epoch: fit_batches(epoch, rank, WORLD),
                         on_checkpoint=lambda: checkpoints.save(trainer))
         result["printed by fit"] = printed.getvalue()
-        result["clock fit"] = _clock_fitted_run(rank, out)
+        result["clock fit"] = _clock_fitted_run(out)
         torch.save(result, os.path.join(out, f"rank{rank}.pt"))
     finally:
         shutdown_distributed()
 
 
-def _clock_fitted_run(rank: int, out: str) -> dict:
+def _clock_fitted_run(out: str) -> dict:
     """A translation run on both ranks whose time limit (1 minute, on a clock of 0.1 minutes a step)
     comes before its cooldown (the last half of 40 steps): rank 0's clock fits the schedule, at a log
     point, for both ranks. The last thing a worker does: it patches the trainer and the clock."""
@@ -97,8 +97,7 @@ def _clock_fitted_run(rank: int, out: str) -> dict:
                         warmup=10, max_steps=40, cooldown=0.5, max_minutes=1.0, checkpoint_every=2,
                         average_last=1)
     with contextlib.redirect_stderr(io.StringIO()):
-        run = train_translation(recipe, Path(out) / "clock-fitted", device="cpu", progress=False, rank=rank,
-                                world_size=WORLD)
+        run = train_translation(recipe, Path(out) / "clock-fitted", device="cpu", progress=False)
     return {"steps": run.steps, "fitted": run.fitted_last_step, "lrs": [r["lr"] for r in run.history],
             "parameters": [p.detach().clone() for p in run.model.parameters()]}
 

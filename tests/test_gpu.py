@@ -136,7 +136,7 @@ def one_rank_of_nccl():
 
 
 def ddp_trainer() -> tuple[Trainer, list]:
-    """A trainer on the DDP path (`_rank_and_world_size` sees one rank, so the wrapper is set by
+    """A trainer on the DDP path (`rank_and_world_size` sees one rank, so the wrapper is set by
     hand), and six micro-batches already on the GPU."""
     t = trainer()
     t.ddp = nn.parallel.DistributedDataParallel(t.model, device_ids=[torch.cuda.current_device()])

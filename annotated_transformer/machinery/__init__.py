@@ -12,6 +12,8 @@ this subpackage are written by hand, documented and tested as ordinary code (CON
 - `wrappers`: `unwrap_model`, the plain model inside `torch.compile`'s and DDP's wrappers.
 - `platform`: what this machine can do (`check_compile_support`, `check_precision_support`) and the
   allocator setting of a run on a CPU (`reuse_freed_memory`).
+- `processes`: which process of a distributed run this is (`is_main_process`: rank 0 writes the
+  run's files).
 - `run_directory`: the files of one run (its recipe, history, machine and lock), how each is kept,
   checked and restored.
 - `long_run`: one session of a run, resumed, trained to its number of steps or its time limit, with

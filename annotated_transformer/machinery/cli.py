@@ -224,8 +224,7 @@ def _run_train(args: argparse.Namespace) -> int:
         try:
             with _training_warnings(args):
                 run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
-                                        device=context.device, progress=not args.quiet, rank=context.rank,
-                                        world_size=context.world_size)
+                                        device=context.device, progress=not args.quiet)
         except TrainingDiverged as error:
             raise ValueError(f"{_spelled(error)}; {after_divergence(run_dir)}") from None
         except torch.OutOfMemoryError:

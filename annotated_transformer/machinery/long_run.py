@@ -39,9 +39,9 @@ class ClockFit:
 
     KEY = "fitted_schedule"  # in checkpoint `extra`: {"last_step": ..., "max_minutes": ...}
 
-    def __init__(self, trainer: Trainer, max_minutes: float | None, extra: dict, write: bool = True) -> None:
+    def __init__(self, trainer: Trainer, max_minutes: float | None, extra: dict) -> None:
         """`extra`: what the run's checkpoints add (`CheckpointDirectory.save`), where the decision goes."""
-        self.trainer, self.max_minutes, self.extra, self.write = trainer, max_minutes, extra, write
+        self.trainer, self.max_minutes, self.extra = trainer, max_minutes, extra
 
     def last_step(self, minutes: float) -> int | None:
         """The step at which to end the schedule, if now is the moment to decide it; else None."""
@@ -61,7 +61,7 @@ class ClockFit:
         if minutes is not None:
             note(f"after {minutes:.1f} of {self.max_minutes:g} minutes, at step {self.trainer.step:,}: the "
                  f"time allows about {last_step:,} of {config.max_steps:,} steps, so the cooldown (the last "
-                 f"{config.cooldown:.0%}) ends at step {last_step:,}", self.write)
+                 f"{config.cooldown:.0%}) ends at step {last_step:,}")
 
     def restore(self, resumed_extra: dict) -> None:
         """Follow the decision of the run's checkpoint, if it made one under the same time limit."""
@@ -70,7 +70,7 @@ class ClockFit:
             self.apply(min(int(saved["last_step"]), self.trainer.config.max_steps))
 
 
-def resume_run(trainer: Trainer, checkpoints: CheckpointDirectory, write: bool = True) -> dict:
+def resume_run(trainer: Trainer, checkpoints: CheckpointDirectory) -> dict:
     """Resume `trainer` from the newest sound checkpoint, if any, noting each one passed over;
     returns its `extra` ({} for a new run). A run none of whose checkpoints can be resumed is
     refused: training from step 0 would overwrite them."""
@@ -81,7 +81,7 @@ def resume_run(trainer: Trainer, checkpoints: CheckpointDirectory, write: bool =
                               f"from step 0 would overwrite them; move them away to start again. The newest: "
                               f"{reason}")
     for message in passed_over:
-        note(message, write)
+        note(message)
     return peek_extra(resumed) if resumed is not None else {}
 
 
@@ -92,19 +92,18 @@ class LongRun:
     `train` then trains until `trainer.config.max_steps` or `max_minutes` of training (every
     session counted), whichever comes first. Every checkpoint (`save`: the newest `keep` are kept)
     holds `extra`, which should hold the run's recipe (`extra["recipe"]`, which restores a damaged
-    recipe.json), and the minutes so far. `write`: rank 0, the one process that writes files."""
+    recipe.json), and the minutes so far. Rank 0 (`trainer.is_main`) alone writes the files."""
 
     def __init__(self, run_dir: str | Path, trainer: Trainer, extra: dict, keep: int = 0,
-                 max_minutes: float | None = None, write: bool = True,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 max_minutes: float | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.files, self.trainer, self.extra = RunDirectory(run_dir), trainer, extra
-        self.max_minutes, self.write = max_minutes, write
+        self.max_minutes = max_minutes
         self.checkpoints = CheckpointDirectory(self.files.checkpoints, keep)
-        self.hardware = record_hardware(self.files.path, trainer.device, trainer.world_size, write)
-        resumed = resume_run(trainer, self.checkpoints, write)
-        self.clock_fit = ClockFit(trainer, max_minutes, extra, write)
+        self.hardware = record_hardware(self.files.path, trainer.device, trainer.world_size)
+        resumed = resume_run(trainer, self.checkpoints)
+        self.clock_fit = ClockFit(trainer, max_minutes, extra)
         self.clock_fit.restore(resumed)
-        self.history = RunHistory(self.files.history, trainer.step, write, resumed.get("minutes", 0.0), clock)
+        self.history = RunHistory(self.files.history, trainer.step, resumed.get("minutes", 0.0), clock)
 
     def save(self) -> Path:
         """A checkpoint of the trainer's state, with `extra` and the minutes of training so far."""
@@ -131,7 +130,7 @@ class LongRun:
         steps and at the end, into validation.json, and its time is not counted as training time."""
         trainer, history, world_size = self.trainer, self.history, self.trainer.world_size
         checkpoint_every = trainer.config.checkpoint_every
-        scores = _ScoreLog(self, score) if score is not None and self.write else None
+        scores = _ScoreLog(self, score) if score is not None and trainer.is_main else None
 
         def fit_to_clock(last_step: int | None, minutes: float) -> None:
             if last_step is not None:

@@ -37,6 +37,7 @@ import torch
 import torch.distributed
 
 from annotated_transformer.checkpoints import checkpoint_paths, checkpoint_step
+from annotated_transformer.machinery.processes import is_main_process, rank_and_world_size
 from annotated_transformer.files import DiskFullError, atomic_write_text, disk_full, remove_stale_temporaries
 from annotated_transformer.machinery.hardware import describe_hardware
 from annotated_transformer.training import StepStats
@@ -121,9 +122,9 @@ def set_aside(path: Path) -> Path:
     return kept
 
 
-def note(message: str, write: bool = True) -> None:
+def note(message: str) -> None:
     """One line on standard error about what a run did to its own files (rank 0 only)."""
-    if write:
+    if is_main_process():
         print(f"note: {message}", file=sys.stderr)
 
 
@@ -178,14 +179,14 @@ def _check_recipe(run_dir: Path, recipe: dict, saved: dict, upgrade: _Upgrade | 
         )
 
 
-def _saved_recipe(run_dir: Path, has_work: bool, write: bool) -> dict | None:
+def _saved_recipe(run_dir: Path, has_work: bool) -> dict | None:
     """The run's recipe.json; when it is damaged or missing, the copy in its newest checkpoint
     (restored to recipe.json), or None when the run has no training to protect yet."""
     path = RunDirectory(run_dir).recipe
     if not path.exists():
         copy, source = recorded(run_dir, "recipe") if has_work else (None, None)
         if isinstance(copy, dict):
-            note(f"{path} is missing: the run's recipe is taken from {source}", write)
+            note(f"{path} is missing: the run's recipe is taken from {source}")
         return copy if isinstance(copy, dict) else None
     try:
         saved = read_json(path)
@@ -194,13 +195,13 @@ def _saved_recipe(run_dir: Path, has_work: bool, write: bool) -> dict | None:
         return saved
     except ValueError as error:
         if not has_work:
-            note(f"{error}; it is replaced, since the run holds no checkpoint yet", write)
+            note(f"{error}; it is replaced, since the run holds no checkpoint yet")
             return None
         copy, source = recorded(run_dir, "recipe")
         if not isinstance(copy, dict):
             raise ValueError(f"{error}, and no checkpoint of {run_dir} holds a copy of the recipe: restore "
                              f"recipe.json from a backup, or train in a new run directory") from None
-        if write:
+        if is_main_process():
             kept = set_aside(path)
             atomic_write_text(path, json.dumps(copy, indent=1))
             note(f"{error}: restored it from {source}, and kept the damaged file as {kept.name}")
@@ -208,7 +209,7 @@ def _saved_recipe(run_dir: Path, has_work: bool, write: bool) -> dict | None:
 
 
 def settle_recipe(
-    run_dir: Path, recipe: dict, upgrade: _Upgrade | None = None, write: bool = True,
+    run_dir: Path, recipe: dict, upgrade: _Upgrade | None = None,
     built_from: Mapping[str, Collection[str]] | None = None,
 ) -> None:
     """Make `recipe` (every setting, by name) the recipe of `run_dir` (its recipe.json), or refuse
@@ -224,11 +225,12 @@ def settle_recipe(
     """
     files = RunDirectory(run_dir)
     has_work = bool(files.work())
-    saved = _saved_recipe(run_dir, has_work, write)
+    write = is_main_process()  # the other ranks of a distributed run only check
+    saved = _saved_recipe(run_dir, has_work)
     changed = _changed_fields(saved, recipe, upgrade) if saved is not None else {}
     if changed and not has_work:
         note(f"{run_dir} holds no checkpoint yet, so it takes the new settings of "
-             f"{', '.join(changed)}", write)
+             f"{', '.join(changed)}")
         for name, fields in (built_from or {}).items():
             if write and set(changed) & set(fields):  # built from the old settings
                 path = getattr(files, name)
@@ -259,13 +261,13 @@ def _make_run_dir(run_dir: Path) -> None:
 @contextlib.contextmanager
 
 
-def run_lock(run_dir: Path, write: bool = True) -> Iterator[None]:
-    """Make `run_dir`, and hold its lock (`run.lock`) while the block runs, if `write` (rank 0): a
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Make `run_dir`, and hold its lock (`run.lock`) while the block runs, on rank 0: a
     process that tries to train there meanwhile is refused at once (RunInUse), with the id of the
     process that holds it. The operating system drops the lock when its process ends, however it
     ends. Without fcntl (Windows), runs are not locked."""
     _make_run_dir(run_dir)
-    if not write or fcntl is None:
+    if not is_main_process() or fcntl is None:
         yield
         return
     path = RunDirectory(run_dir).lock
@@ -324,21 +326,21 @@ def _disk_full_advice(run_dir: Path) -> Iterator[None]:
 
 def open_run(
     run_dir: str | Path, recipe: dict, upgrade: _Upgrade | None = None,
-    built_from: Mapping[str, Collection[str]] | None = None, write: bool = True, world_size: int = 1,
+    built_from: Mapping[str, Collection[str]] | None = None,
 ) -> Iterator[RunDirectory]:
     """Hold `run_dir` for one session of training, and yield its `RunDirectory`: a full disk met in
-    the block is said with the checkpoint to resume from (`_disk_full_advice`); rank 0 (`write`)
-    holds the run's lock (`run_lock`), removes what a killed process left half-written, and settles
+    the block is said with the checkpoint to resume from (`_disk_full_advice`); rank 0
+    (`is_main_process`) holds the run's lock (`run_lock`), removes what a killed process left half-written, and settles
     the recipe (`settle_recipe`, with `upgrade` and `built_from`), while every other rank of a
     distributed run waits for it."""
     run_dir = Path(run_dir)
-    with _disk_full_advice(run_dir), run_lock(run_dir, write):
+    with _disk_full_advice(run_dir), run_lock(run_dir):
         files = RunDirectory(run_dir)
         for directory in (files.path, files.checkpoints, files.cache):
-            if write and directory.is_dir():  # no other process writes there: rank 0 holds the lock
+            if is_main_process() and directory.is_dir():  # no other process writes there: rank 0 holds the lock
                 remove_stale_temporaries(directory)
-        settle_recipe(run_dir, recipe, upgrade, write, built_from)
-        if world_size > 1:
+        settle_recipe(run_dir, recipe, upgrade, built_from)
+        if rank_and_world_size()[1] > 1:
             torch.distributed.barrier()
         yield files
 
@@ -367,9 +369,9 @@ class RunHistory:
     history starts again at the resumed step, with the minutes of the checkpoint (`resumed_minutes`).
     `clock` gives seconds (a simulated one makes a demonstration exact)."""
 
-    def __init__(self, path: Path, resumed_step: int, write: bool = True, resumed_minutes: float = 0.0,
+    def __init__(self, path: Path, resumed_step: int, resumed_minutes: float = 0.0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
-        self.path, self.write, self.clock = path, write, clock
+        self.path, self.clock = path, clock
         saved = self._load(resumed_step, resumed_minutes)
         self.records = [record for record in saved if record["step"] <= resumed_step]
         self.done_minutes = self.records[-1]["minutes"] if self.records else resumed_minutes
@@ -382,9 +384,9 @@ class RunHistory:
         try:
             return read_history(self.path)
         except ValueError as error:
-            kept = set_aside(self.path) if self.write else self.path
+            kept = set_aside(self.path) if is_main_process() else self.path
             note(f"{error}: kept it as {kept.name}; the history starts again at step {resumed_step}, "
-                 f"after {resumed_minutes:.1f} minutes of training", self.write)
+                 f"after {resumed_minutes:.1f} minutes of training")
             return []
 
     def minutes_trained(self) -> float:
@@ -413,7 +415,7 @@ class RunHistory:
                                  "tokens": r.n_tokens, "grad_norm": r.grad_norm, "minutes": minutes})
 
     def save(self) -> None:
-        if self.write:
+        if is_main_process():
             atomic_write_text(self.path, json.dumps(self.records))
 
 
@@ -440,15 +442,15 @@ def record_data_dir(run_dir: Path, corpus_options: dict) -> None:
         atomic_write_text(RunDirectory(run_dir).info, json.dumps(info, indent=1))
 
 
-def record_hardware(run_dir: Path, device: torch.device, world_size: int, write: bool) -> dict:
+def record_hardware(run_dir: Path, device: torch.device, world_size: int) -> dict:
     """hardware.json: the machine of the run's first session (written again if it is damaged)."""
     path = RunDirectory(run_dir).hardware
     if path.exists():
         try:
             return read_json(path)
         except ValueError as error:
-            note(f"{error}; written again, for this machine", write)
+            note(f"{error}; written again, for this machine")
     info = describe_hardware(device, world_size)
-    if write:
+    if is_main_process():
         atomic_write_text(path, json.dumps(info, indent=1))
     return info
