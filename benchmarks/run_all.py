@@ -49,6 +49,9 @@ def main() -> None:
     print(f"| Training throughput, ours / `torch.nn.Transformer` ({train['config']}) | "
           f"{train['tokens_per_second']:,.0f} / {train['torch_tokens_per_second']:,.0f} target tokens/s "
           f"= **{train['ratio']:.2f}** | ≥ 1.0 |")
+    print(f"| Training step with R-Drop (α {train['rdrop_alpha']:g}) / without, ours (chapter 8) | "
+          f"{train['tokens_per_second']:,.0f} / {train['rdrop_tokens_per_second']:,.0f} target tokens/s "
+          f"= **{train['rdrop_step_cost']:.2f}×** the cost | ≈ 2× (two passes) |")
     print(f"| Greedy decoding, cached vs uncached ({decode['config']}) | "
           f"{decode['greedy_cached_s'] * 1e3:,.0f} ms vs {decode['greedy_uncached_s'] * 1e3:,.0f} ms "
           f"= **{decode['cache_speedup']:.1f}×** | ≥ 4× |")

@@ -5,7 +5,9 @@ same embeddings, positional encodings and tied output projection (this package's
 the comparison is of the encoder–decoder stacks. Both train on the same token-based batches with
 the same loss (label smoothing 0.1) and optimizer (Adam, §5.3 schedule), alternating model by
 model over several rounds on the same machine in one run. Reported: real (non-pad) target tokens
-per second, median over rounds.
+per second, median over rounds. A third row is this package's model with chapter 8's R-Drop (each
+batch through the model twice, `--rdrop-alpha`, default 5), the cost per step of that lever; the other
+lever for a small corpus, BPE-dropout, costs nothing per step (it changes the data, once an epoch).
 
     python benchmarks/training_throughput.py              # the default (CPU-sized) configuration
     python benchmarks/training_throughput.py --d-model 512 --layers 6 --device cuda
@@ -22,7 +24,7 @@ from annotated_transformer.batching import batch_by_tokens, make_batch
 from annotated_transformer.layers import Embeddings, Generator, PositionalEncoding
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.optimizer import make_optimizer
-from annotated_transformer.regularization import LabelSmoothingLoss
+from annotated_transformer.regularization import LabelSmoothingLoss, rdrop_forward_loss
 
 
 class TorchReference(nn.Module):
@@ -68,7 +70,9 @@ def make_batches(config: TransformerConfig, n_pairs: int, max_tokens: int, seed:
     return [make_batch([pairs[i] for i in indices]) for indices in order]
 
 
-def train_tokens_per_second(model: nn.Module, forward, batches, device: torch.device) -> float:
+def train_tokens_per_second(model: nn.Module, loss_of, batches, device: torch.device) -> float:
+    """Target tokens per second of Adam steps on `batches`, `loss_of(model, batch, criterion)` the
+    summed loss of a batch."""
     criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, 0.1)
     optimizer, scheduler = make_optimizer(model, model.config.d_model)
     model.train()
@@ -78,7 +82,7 @@ def train_tokens_per_second(model: nn.Module, forward, batches, device: torch.de
     for batch in batches:
         batch = batch.to(device)
         optimizer.zero_grad(set_to_none=True)
-        loss = criterion(forward(model, batch), batch.tgt_out) / batch.n_tokens
+        loss = loss_of(model, batch, criterion) / batch.n_tokens
         loss.backward()
         optimizer.step()
         scheduler.step()
@@ -88,16 +92,26 @@ def train_tokens_per_second(model: nn.Module, forward, batches, device: torch.de
     return tokens / (time.perf_counter() - start)
 
 
-def ours_forward(model, batch):
-    return model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+def ours_loss(model, batch, criterion):
+    return criterion(model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask), batch.tgt_out)
 
 
-def torch_forward(model, batch):
-    return model(batch.src, batch.tgt_in)
+def torch_loss(model, batch, criterion):
+    return criterion(model(batch.src, batch.tgt_in), batch.tgt_out)
+
+
+def rdrop_loss_of(alpha: float):
+    """Our model's loss with R-Drop (chapter 8): the batch twice, in one call, as the Trainer does."""
+
+    def loss_of(model, batch, criterion):
+        inputs = (batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        return rdrop_forward_loss(model, inputs, batch.tgt_out, criterion, alpha)[0]
+
+    return loss_of
 
 
 def run(d_model=256, layers=3, heads=4, d_ff=1024, vocab=8000, max_tokens=2000, n_pairs=400,
-        rounds=3, device="cpu", threads=None) -> dict:
+        rounds=3, device="cpu", threads=None, rdrop_alpha=5.0) -> dict:
     if threads:
         torch.set_num_threads(threads)
     device = torch.device(device)
@@ -109,17 +123,22 @@ def run(d_model=256, layers=3, heads=4, d_ff=1024, vocab=8000, max_tokens=2000, 
     n_ours = sum(p.numel() for p in ours.parameters())
     n_theirs = sum(p.numel() for p in theirs.parameters())
     batches = make_batches(config, n_pairs, max_tokens)
-    train_tokens_per_second(ours, ours_forward, batches[:3], device)  # warm-up
-    train_tokens_per_second(theirs, torch_forward, batches[:3], device)
-    results = {"ours": [], "torch": []}
-    for _ in range(rounds):  # alternate, so that both see the same machine state
-        results["ours"].append(train_tokens_per_second(ours, ours_forward, batches, device))
-        results["torch"].append(train_tokens_per_second(theirs, torch_forward, batches, device))
+    runs = {"ours": (ours, ours_loss), "torch": (theirs, torch_loss),
+            "rdrop": (ours, rdrop_loss_of(rdrop_alpha))}
+    for model, loss_of in runs.values():  # warm-up
+        train_tokens_per_second(model, loss_of, batches[:3], device)
+    results = {name: [] for name in runs}
+    for _ in range(rounds):  # alternate, so that all see the same machine state
+        for name, (model, loss_of) in runs.items():
+            results[name].append(train_tokens_per_second(model, loss_of, batches, device))
     ours_tps, torch_tps = statistics.median(results["ours"]), statistics.median(results["torch"])
+    rdrop_tps = statistics.median(results["rdrop"])
     return {
         "config": f"N={layers} d_model={d_model} h={heads} d_ff={d_ff} V={vocab}, {max_tokens}-token batches",
         "parameters": (n_ours, n_theirs), "batches": len(batches),
         "tokens_per_second": ours_tps, "torch_tokens_per_second": torch_tps, "ratio": ours_tps / torch_tps,
+        "rdrop_alpha": rdrop_alpha, "rdrop_tokens_per_second": rdrop_tps,
+        "rdrop_step_cost": ours_tps / rdrop_tps,
         "threads": torch.get_num_threads(), "device": str(device),
     }
 
@@ -137,14 +156,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--rdrop-alpha", type=float, default=5.0,
+                        help="R-Drop's alpha for its row (default 5)")
     args = parser.parse_args()
     result = run(args.d_model, args.layers, args.heads, args.d_ff, args.vocab, args.max_tokens,
-                 rounds=args.rounds, device=args.device, threads=args.threads)
+                 rounds=args.rounds, device=args.device, threads=args.threads, rdrop_alpha=args.rdrop_alpha)
     print(f"{result['config']}; {result['batches']} batches, {result['threads']} threads, {result['device']}")
     print(f"parameters: ours {result['parameters'][0]:,}, torch.nn.Transformer {result['parameters'][1]:,}")
     print(f"ours:                 {result['tokens_per_second']:,.0f} target tokens/s")
     print(f"torch.nn.Transformer: {result['torch_tokens_per_second']:,.0f} target tokens/s")
     print(f"ratio ours / torch:   {result['ratio']:.2f}  (goal >= 1.0)")
+    print(f"ours with R-Drop:     {result['rdrop_tokens_per_second']:,.0f} target tokens/s (alpha "
+          f"{result['rdrop_alpha']:g}): a step costs {result['rdrop_step_cost']:.2f} times as much")
 
 
 if __name__ == "__main__":

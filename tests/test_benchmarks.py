@@ -13,6 +13,7 @@ import gpu_training
 import mfu
 import pytest
 import torch
+import training_throughput
 
 from annotated_transformer.batching import make_batch
 
@@ -347,3 +348,11 @@ def test_gpu_kernels_are_sorted_into_kinds_by_their_names():
         "void some_new_library_kernel<128>": "other",
     }
     assert {name: gpu_profile.kind_of(name) for name in kinds} == kinds
+
+
+def test_the_training_throughput_benchmark_times_r_drop_beside_the_plain_step():
+    result = training_throughput.run(d_model=32, layers=1, heads=2, d_ff=64, vocab=60, max_tokens=300,
+                                     n_pairs=30, rounds=1, rdrop_alpha=5.0)
+    assert result["rdrop_alpha"] == 5.0
+    assert result["rdrop_tokens_per_second"] > 0 and result["tokens_per_second"] > 0
+    assert result["rdrop_step_cost"] == result["tokens_per_second"] / result["rdrop_tokens_per_second"]
