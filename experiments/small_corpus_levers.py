@@ -41,13 +41,21 @@ OUT = RESULTS / "multi30k_levers.json"
 SEEDS = RESULTS / "multi30k_seeds.json"
 BUDGET_MINUTES = 30.0  # the recipe's limit on two cores (chapter 14)
 
-# name: (recipe settings, the CLI options that set them, what the literature used)
+# name: (recipe settings, the CLI options that set them, what the literature used). Chapter 8's R-Drop
+# averages the two passes' losses where Liang et al. add them, so its alpha is half theirs.
 LEVERS = {
     "bpe-dropout": ({"bpe_dropout": 0.1}, ["--bpe-dropout", "0.1"],
                     "p = 0.1, Provilkov et al. (2020)'s value for most language pairs"),
-    "rdrop": ({"rdrop_alpha": 5.0}, ["--rdrop-alpha", "5"],
-              "alpha = 5, Liang et al. (2021)'s value for IWSLT translation"),
+    "rdrop": ({"rdrop_alpha": 2.5}, ["--rdrop-alpha", "2.5"],
+              "alpha = 2.5: Liang et al. (2021)'s 5 for IWSLT translation, on chapter 8's scale"),
+    "rdrop-alpha5": ({"rdrop_alpha": 5.0}, ["--rdrop-alpha", "5"],
+                     "alpha = 5: twice Liang et al.'s value for IWSLT translation, on chapter 8's scale"),
 }
+
+
+def cost_name(name: str) -> str:
+    """The lever whose measured step cost is `name`'s: R-Drop's does not depend on its alpha."""
+    return "rdrop" if name.startswith("rdrop") else name
 
 
 def recipe_steps(config: str) -> int:
@@ -57,7 +65,7 @@ def recipe_steps(config: str) -> int:
 def lever_steps(name: str, config: str, step_costs: dict) -> int:
     """The steps a lever's run trains: the recipe's, or what 30 minutes buy at its step cost."""
     steps = recipe_steps(config)
-    ratio = step_costs.get(name, {}).get("ratio", 1.0)
+    ratio = step_costs.get(cost_name(name), {}).get("ratio", 1.0)
     if ratio <= 1.05:  # within a step cost's noise: the same steps
         return steps
     if config != "multi30k":  # the tiny mode: the same scaling, no committed run to scale from
@@ -78,7 +86,7 @@ def measure_step_cost(args: argparse.Namespace) -> dict:
     base = get_recipe(args.config)
     seconds = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, settings in [("recipe", {}), *[(n, LEVERS[n][0]) for n in LEVERS]]:
+        for name, settings in [("recipe", {}), *[(n, LEVERS[n][0]) for n in LEVERS if cost_name(n) == n]]:
             recipe = base.replace(**settings, max_minutes=None, checkpoint_every=10_000)
             times = []
             for steps in (short, long):
@@ -156,6 +164,26 @@ def judge(differences: list[float], recipe_std: float) -> dict:
             "rule": "paired over seeds: beyond twice the standard error, one sign on every seed"}
 
 
+def passes_over_the_data(args: argparse.Namespace, runs: dict[str, int]) -> dict:
+    """How many times each lever's steps pass over the training data: BPE-dropout's pieces are more
+    than plain BPE's, so batches of the same tokens hold fewer sentences (its first epoch's sample)."""
+    from annotated_transformer.machinery.corpus_cache import training_batches
+    from annotated_transformer.tokenization import Vocabularies, encode_pairs
+
+    options = {"root": args.data_dir} if args.data_dir else {}
+    recipe = get_recipe(args.config)
+    pairs = corpus(recipe.corpus, "train", **options)
+    vocab_file = next(args.runs_dir.glob("*-seed*/vocab.json"))  # every run's: the same data, settings
+    vocabs = Vocabularies.load(vocab_file)
+    encoded = encode_pairs(pairs, vocabs)
+    out = {}
+    for name, steps in runs.items():
+        dropout = LEVERS[name][0].get("bpe_dropout", 0.0) if name in LEVERS else 0.0
+        batches = len(training_batches(pairs, encoded, vocabs, dropout, recipe.max_tokens, seed=0)(0))
+        out[name] = {"batches_per_epoch": batches, "steps": steps, "epochs": round(steps / batches, 1)}
+    return out
+
+
 def summarize(args: argparse.Namespace, step_costs: dict) -> dict:
     baseline = baseline_val(args)
     recipe_std = statistics.stdev(baseline.values()) if len(baseline) > 1 else 0.0
@@ -173,6 +201,7 @@ def summarize(args: argparse.Namespace, step_costs: dict) -> dict:
             levers[name] = {"settings": settings, "options": " ".join(options), "chosen_as": source,
                             "steps": lever_steps(name, args.config, step_costs), "runs": rows,
                             **judge([row["difference"] for row in rows], recipe_std)}
+    runs = {"recipe": recipe_steps(args.config), **{name: lever["steps"] for name, lever in levers.items()}}
     return {
         "recipe": args.config,
         "what": "validation BLEU (beam 4, the recipe's alpha and averaging) of the recipe with one lever, "
@@ -180,6 +209,7 @@ def summarize(args: argparse.Namespace, step_costs: dict) -> dict:
         "recipe_val_std": round(recipe_std, 2),
         "budget_minutes": BUDGET_MINUTES,
         "step_costs": step_costs,
+        "passes_over_the_data": passes_over_the_data(args, runs) if levers else {},
         "command": "python experiments/small_corpus_levers.py " + " ".join(args.argv),
         "levers": levers,
     }
@@ -208,9 +238,11 @@ def main(argv: list[str] | None = None) -> dict:
     configure_process()  # the process-wide settings of a program that trains (chapter 9)
     earlier = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
     step_costs = measure_step_cost(args) if args.step_cost else earlier.get("step_costs", {})
+    command = "python experiments/small_corpus_levers.py " + " ".join(args.argv)
+    costs_command = command if args.step_cost else earlier.get("step_costs_command")
     if not args.score_only:
         train_all(args.runs, args, step_costs)
-    result = summarize(args, step_costs)
+    result = {**summarize(args, step_costs), "step_costs_command": costs_command}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps({name: {k: lever[k] for k in ("runs", "mean_difference", "verdict")}

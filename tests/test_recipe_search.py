@@ -52,5 +52,7 @@ def test_a_lever_dearer_per_step_trains_the_steps_the_recipes_budget_buys():
     minutes = small_corpus_levers.committed_seed_runs()[0]["minutes"]
     costs = {"bpe-dropout": {"ratio": 0.99}, "rdrop": {"ratio": 2.0}}
     assert small_corpus_levers.lever_steps("bpe-dropout", "multi30k", costs) == recipe
-    assert small_corpus_levers.lever_steps("rdrop", "multi30k", costs) == int(recipe * 30 / (minutes * 2))
-    assert set(small_corpus_levers.LEVERS) == {"bpe-dropout", "rdrop"}
+    half = int(recipe * 30 / (minutes * 2))  # a step twice as dear: the steps 30 minutes buy
+    assert small_corpus_levers.lever_steps("rdrop", "multi30k", costs) == half
+    assert small_corpus_levers.lever_steps("rdrop-alpha5", "multi30k", costs) == half  # alpha costs nothing
+    assert set(small_corpus_levers.LEVERS) == {"bpe-dropout", "rdrop", "rdrop-alpha5"}
