@@ -6,8 +6,6 @@ a run takes 1.55 times the steps. This stage chooses again, for what a run alone
 
     python experiments/gpu_fast_recipe.py search --data-dir DIR [--candidates p0.3 bpe8000]
         # candidates side by side, each for the same steps; the choice and its decoding, on validation
-    python experiments/gpu_fast_recipe.py search --data-dir DIR --candidates bpe-dropout rdrop attn-ffn-p0.1
-        # the regularizers for a small corpus, added to the same file (a second command of the stage)
     python experiments/gpu_fast_recipe.py seeds --data-dir DIR
         # the choice with three seeds side by side, each scored on validation and test; mean, spread
     python experiments/gpu_fast_recipe.py search --tiny; ... seeds --tiny    # the built-in corpus (CI)
@@ -27,9 +25,9 @@ same steps (seed 0 is the search's own run where its run directory is still ther
 validation and on test_2016_flickr; the mean and the (sample) standard deviation of each in
 fast_seeds.json, the run-to-run noise of this recipe on this GPU.
 
-Without `--candidates`, the search trains the six of `FIRST_SEARCH` (about the stage's eight minutes);
-the regularizers for a small corpus (BPE-dropout, R-Drop, attention and feed-forward dropout) are a
-second command, since R-Drop's step costs about twice as much.
+On a GPU lent for minutes, the candidates go three at a time (`--candidates`, CONTRIBUTING's plan of
+the stages); the regularizers for a small corpus (BPE-dropout, R-Drop, attention and feed-forward
+dropout) are the third such command.
 """
 
 import argparse
@@ -66,7 +64,6 @@ CANDIDATES: dict[str, dict] = {  # the passes are about 1.7 times the registered
     "rdrop": {"rdrop_alpha": 2.5},  # Liang et al.'s 5 on chapter 8's scale; a step costs about twice
     "attn-ffn-p0.1": {"attention_dropout": 0.1, "ffn_dropout": 0.1},
 }
-FIRST_SEARCH = ["recipe", "p0.3", "p0.4", "ls0.2", "bpe8000", "p0.3-bpe8000"]  # one command's worth
 SCORED_WITH = {"averaged": 5, "alpha": 1.4}  # how a candidate is scored: the registered decoding
 AVERAGED = (1, 5, 10)  # checkpoints averaged, tried for the choice on validation
 ALPHAS = (1.0, 1.4, 1.8, 2.2)  # length penalties likewise
@@ -263,7 +260,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.tiny:
         args.validate_every, args.limit = min(args.validate_every, 10), args.limit or 12
     if args.candidates is None:
-        args.candidates = ["recipe", "p0.3"] if args.tiny else FIRST_SEARCH
+        args.candidates = ["recipe", "p0.3"] if args.tiny else list(CANDIDATES)
     if args.stage == "train-one" and args.name not in CANDIDATES:
         parser.error(f"train-one needs a candidate: one of {', '.join(CANDIDATES)}")
     return args
