@@ -330,14 +330,15 @@ def open_run(
 ) -> Iterator[RunDirectory]:
     """Hold `run_dir` for one session of training, and yield its `RunDirectory`: a full disk met in
     the block is said with the checkpoint to resume from (`_disk_full_advice`); rank 0
-    (`is_main_process`) holds the run's lock (`run_lock`), removes what a killed process left half-written, and settles
-    the recipe (`settle_recipe`, with `upgrade` and `built_from`), while every other rank of a
-    distributed run waits for it."""
+    (`is_main_process`) holds the run's lock (`run_lock`), removes what a killed process left
+    half-written, and settles the recipe (`settle_recipe`, with `upgrade` and `built_from`), while
+    every other rank of a distributed run waits for it."""
     run_dir = Path(run_dir)
     with _disk_full_advice(run_dir), run_lock(run_dir):
         files = RunDirectory(run_dir)
         for directory in (files.path, files.checkpoints, files.cache):
-            if is_main_process() and directory.is_dir():  # no other process writes there: rank 0 holds the lock
+            # no other process writes there: rank 0 holds the lock
+            if is_main_process() and directory.is_dir():
                 remove_stale_temporaries(directory)
         settle_recipe(run_dir, recipe, upgrade, built_from)
         if rank_and_world_size()[1] > 1:
