@@ -352,7 +352,8 @@ def beam_search(
 def _same_model(path_a: Path, a: dict, path_b: Path, b: dict) -> None:
     """Raise a clear error unless two checkpoints hold the same configuration and parameter shapes."""
     problems = []
-    for kind, name, value_a, value_b in state_differences(a["config"], a["model"], b["config"], b["model"]):
+    for kind, name, value_a, value_b in state_differences(a["config"], a["state"]["model"], b["config"],
+                                                               b["state"]["model"]):
         if kind == "config":
             problems.append(f"config {name}: {value_a!r} in {path_a.name}, {value_b!r} in {path_b.name}")
         elif kind == "key":
@@ -395,16 +396,17 @@ def _average(paths: Sequence[str | Path]) -> tuple[dict[str, Tensor], dict, list
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint path, got none")
     first = checkpoint = read_checkpoint(paths[0])  # read_checkpoint refuses NaN or infinite weights
-    sums = {name: tensor.to(torch.float64) for name, tensor in first["model"].items()}
-    steps = [first["step"]]
+    dtypes = {name: tensor.dtype for name, tensor in first["state"]["model"].items()}
+    sums = {name: tensor.to(torch.float64) for name, tensor in first["state"]["model"].items()}
+    steps = [first["state"]["step"]]
     for path in paths[1:]:
         checkpoint = read_checkpoint(path)
         _same_model(paths[0], first, path, checkpoint)
         _same_run(paths[0], first, path, checkpoint)
-        for name, tensor in checkpoint["model"].items():
+        for name, tensor in checkpoint["state"]["model"].items():
             sums[name] += tensor.to(torch.float64)
-        steps.append(checkpoint["step"])
-    average = {name: (total / len(paths)).to(first["model"][name].dtype) for name, total in sums.items()}
+        steps.append(checkpoint["state"]["step"])
+    average = {name: (total / len(paths)).to(dtypes[name]) for name, total in sums.items()}
     return average, checkpoint, steps
 
 
@@ -426,7 +428,7 @@ def save_average(paths: Sequence[str | Path], output: str | Path, extra: dict | 
     model = Transformer(TransformerConfig(**last["config"]))
     model.load_state_dict(average)
     extra = {**_run_identity(last), "averaged_steps": steps, **(extra or {})}
-    save_checkpoint(output, model=model, step=max(steps), extra=extra)
+    save_checkpoint(output, model, step=max(steps), extra=extra)
     return steps
 
 

@@ -26,7 +26,7 @@ from .tokenization import encode_pairs, token_batches
 from .machinery.corpus_cache import cached_encode_pairs, training_batches
 from .machinery.checks import check_count as _check_count, check_pairs as _check_pairs
 from .training import Trainer, evaluate
-from .checkpoints import read_checkpoint, save_checkpoint
+from .checkpoints import checkpoint_step, save_checkpoint
 from .machinery.hardware import check_device
 from .machinery.run_directory import RunDirectory, open_run
 from .machinery.run_directory import record_data_dir
@@ -135,8 +135,7 @@ def _finish_run(
     fingerprint = run_fingerprint(recipe, Vocabularies.load(files.vocab), model.config)
     extra = {**fingerprint, **(extra or {}), "averaged": [p.name for p in paths]}
     extra.pop("minutes", None)  # the minutes of one checkpoint, not of the average
-    step = read_checkpoint(paths[-1])["step"] if paths else 0
-    save_checkpoint(files.model, model=model, step=step, extra=extra)
+    save_checkpoint(files.model, model, step=checkpoint_step(paths[-1]) if paths else 0, extra=extra)
     return model
 
 # %% ../book/14_translation.ipynb #b7ab00aa

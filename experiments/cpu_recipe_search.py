@@ -256,7 +256,7 @@ def score(name: str, data_dir: str | None) -> dict:
     history = json.loads((run_dir / "history.json").read_text())
     result = {
         "options": CANDIDATES[name],
-        "steps": read_checkpoint(paths[-1])["step"],
+        "steps": read_checkpoint(paths[-1])["state"]["step"],
         "minutes_one_core": round(history[-1]["minutes"], 1),
     }
     last = averaged_translator(run_dir, paths, 1)
@@ -339,7 +339,7 @@ def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) 
         "options": options,
         "cpu": hardware["cpu"],
         "cpu_kernels": hardware.get("cpu_kernels"),  # machines of one name differ (AVX2, AVX-512)
-        "steps": read_checkpoint(paths[-1])["step"],
+        "steps": read_checkpoint(paths[-1])["state"]["step"],
         "minutes": round(history[-1]["minutes"], 1),
         "val_greedy_last": round(evaluate_bleu(last, val, beam_size=1).bleu, 2),
         "val_beam4_last": round(evaluate_bleu(last, val, beam_size=4).bleu, 2),

@@ -246,7 +246,7 @@ def model_of(run_dir: Path, averaged: int) -> Transformer:
         raise ValueError(f"{run_dir} keeps {len(paths)} checkpoints, fewer than {averaged}")
     last = read_checkpoint(paths[-1])
     model = Transformer(TransformerConfig(**last["config"]))
-    model.load_state_dict(average_checkpoints(paths) if averaged > 1 else last["model"])
+    model.load_state_dict(average_checkpoints(paths) if averaged > 1 else last["state"]["model"])
     return model
 
 

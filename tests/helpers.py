@@ -225,3 +225,23 @@ class FullFile(io.FileIO):
         if self.tell() + len(data) > self.room:
             raise OSError(self.code, os.strerror(self.code))
         return super().write(data)
+
+
+def version_2(checkpoint: dict) -> dict:
+    """A checkpoint of version 3 (as `torch.load` reads the file) as the releases before wrote it:
+    a trainer's state in fixed entries, with its position in the data, its TrainConfig (which then
+    named two fields since removed) and its scaler in `extra`, and a digest of all of it."""
+    from annotated_transformer.checkpoints import checkpoint_sha256
+
+    state, extra = checkpoint["state"], dict(checkpoint["extra"])
+    old = {"format": checkpoint["format"], "version": 2, "config": checkpoint["config"],
+           "model": state["model"], "optimizer": None, "scheduler": None, "step": state["step"], "rng": {},
+           "extra": extra}
+    if "optimizer" in state:  # a trainer's
+        extra |= {"epoch": state["epoch"], "position": state["position"],
+                  "train_config": {**state["config"], "checkpoint_dir": "old", "keep_checkpoints": 5}}
+        if state["scaler"] is not None:
+            extra["scaler"] = state["scaler"]
+        old |= {"optimizer": state["optimizer"], "scheduler": state["scheduler"], "rng": state["rng"]}
+    old["sha256"] = checkpoint_sha256(old)
+    return old

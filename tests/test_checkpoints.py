@@ -17,6 +17,7 @@ from helpers import (
     small_config,
     tiny_model,
     tiny_trainer,
+    version_2,
 )
 
 from annotated_transformer.checkpoints import (
@@ -28,7 +29,6 @@ from annotated_transformer.checkpoints import (
     load_checkpoint,
     model_from_checkpoint,
     read_checkpoint,
-    read_trainer_state,
     save_checkpoint,
     state_dict_sha256,
 )
@@ -73,7 +73,7 @@ def test_text_and_checkpoints_are_written_by_one_atomic_write(tmp_path, monkeypa
 
 
 def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = save_checkpoint(tmp_path / "step_00000001.pt", model=tiny_model(), step=1)
+    path = save_checkpoint(tmp_path / "step_00000001.pt", tiny_model(), step=1)
     before = path.read_bytes()
 
     def crash(obj, file):
@@ -82,7 +82,7 @@ def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypat
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(path, model=tiny_model(seed=1), step=2)
+        save_checkpoint(path, tiny_model(seed=1), step=2)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["step_00000001.pt"]
 
@@ -100,40 +100,62 @@ def test_stale_temporary_files_are_removed(tmp_path):
 # --- what a checkpoint holds, and its checks ------------------------------------------------------
 
 
-def test_a_trainers_checkpoint_keeps_the_version_2_layout(tmp_path):
-    # The layout every earlier release wrote and read: a checkpoint written now resumes there, and
-    # one written there resumes here.
+def test_a_trainers_checkpoint_holds_its_state_dict_as_it_is(tmp_path):
     t = trained(3)
-    path = CheckpointDirectory(tmp_path).save(t, extra={"note": "kept", "epoch": "the trainer's wins"})
+    path = CheckpointDirectory(tmp_path).save(t, extra={"note": "kept"})
     checkpoint = torch.load(path, weights_only=True)
-    assert set(checkpoint) == {"format", "version", "config", "model", "optimizer", "scheduler", "step",
-                               "rng", "extra", "sha256"}
-    assert checkpoint["format"] == "annotated-transformer-checkpoint" and checkpoint["version"] == 2
-    assert checkpoint["config"] == dataclasses.asdict(t.model.config) and checkpoint["step"] == 3
-    assert checkpoint["extra"] == {"note": "kept", "epoch": t.epoch, "position": t.position,
-                                   "train_config": dataclasses.asdict(t.config)}  # no scaler in fp32
+    assert set(checkpoint) == {"format", "version", "config", "state", "extra", "sha256"}
+    assert checkpoint["format"] == "annotated-transformer-checkpoint" and checkpoint["version"] == 3
+    assert checkpoint["config"] == dataclasses.asdict(t.model.config)
+    assert checkpoint["extra"] == {"note": "kept"}
+    state = t.state_dict()
+    assert checkpoint["state"].keys() == state.keys() and checkpoint["state"]["step"] == 3
+    assert_identical(list(checkpoint["state"]["model"].values()), list(state["model"].values()))
+    moments = (saved["optimizer"]["state"][0]["exp_avg"] for saved in (checkpoint["state"], state))
+    assert torch.equal(*moments)
+    assert {k: checkpoint["state"][k] for k in ("scheduler", "scaler", "epoch", "position", "config")} == {
+        k: state[k] for k in ("scheduler", "scaler", "epoch", "position", "config")}
     assert checkpoint["sha256"] == checkpoint_sha256(checkpoint)
+    with pytest.raises(ValueError, match="the trainer's own step"):
+        save_checkpoint(tmp_path / "x.pt", t, step=5)
 
 
-def test_a_checkpoint_of_the_previous_release_resumes(tmp_path):
-    # Its train_config names two fields TrainConfig no longer has (where and how many checkpoints
-    # were written): a record, never rebuilt, so it is ignored.
+def test_a_checkpoint_of_version_2_resumes_exactly(tmp_path):
+    # Written by the releases before version 3 (the shipped translator is one, of a model alone).
     t = trained(3, checkpoint_every=3)
-    path = CheckpointDirectory(tmp_path).save(t)
-    checkpoint = torch.load(path, weights_only=True)
-    checkpoint["extra"]["train_config"].update(checkpoint_dir=str(tmp_path), keep_checkpoints=5)
-    resave(path, checkpoint)
+    path = CheckpointDirectory(tmp_path).save(t, extra={"note": "kept"})
+    torch.save(version_2(torch.load(path, weights_only=True)), path)
+    read = read_checkpoint(path)
+    assert read["version"] == 2 and read["extra"] == {"note": "kept"}  # the state's entries taken out
+    assert read["state"].keys() == t.state_dict().keys()
     fresh = tiny_trainer(model_seed=1, max_steps=3)
     assert CheckpointDirectory(tmp_path).resume_newest(fresh) == (path, [])
-    assert fresh.step == 3 and fresh.config.max_steps == 3
+    assert fresh.step == 3 and fresh.config.max_steps == 3 and fresh.position == t.position
     assert_identical(parameters(t), parameters(fresh))
+    model_alone = save_checkpoint(tmp_path / "model.pt", tiny_model(), step=7)
+    old = version_2(torch.load(model_alone, weights_only=True))
+    torch.save(old, model_alone)
+    assert read_checkpoint(model_alone)["state"].keys() == {"model", "step"}
+    old["step"] = 8  # damage the digest covers
+    torch.save(old, model_alone)
+    with pytest.raises(CheckpointError, match="SHA-256"):
+        read_checkpoint(model_alone)
+
+
+def test_the_shipped_translator_is_read(tmp_path):
+    from importlib.resources import files
+
+    path = files("annotated_transformer") / "pretrained" / "multi30k" / "model.pt"
+    checkpoint = read_checkpoint(path)
+    assert checkpoint["state"]["step"] > 0 and "optimizer" not in checkpoint["state"]
+    assert model_from_checkpoint(path).config.d_model == checkpoint["config"]["d_model"]
 
 
 def test_checkpoint_round_trip(tmp_path):
     t = trained(1)
     path = CheckpointDirectory(tmp_path).save(t)
     fresh = tiny_trainer(model_seed=1)
-    fresh.load_state_dict(read_trainer_state(path, fresh.model))
+    assert load_checkpoint(path, fresh)["state"]["step"] == 1
     assert max_difference(parameters(t), parameters(fresh)) == 0.0
     assert fresh.step == 1 and fresh.scheduler.last_epoch == 1
     moments = [trainer.optimizer.state_dict()["state"][0]["exp_avg"] for trainer in (t, fresh)]
@@ -143,13 +165,13 @@ def test_checkpoint_round_trip(tmp_path):
     assert max_difference(list(rebuilt.parameters()), parameters(t)) == 0.0
 
 
-def test_the_gradient_scalers_state_goes_into_the_extra(tmp_path):
+def test_the_gradient_scalers_state_is_kept(tmp_path):
     t = tiny_trainer(clip_grad_norm=1.0)
     t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)  # fp16's, on the CPU
     for batch in copy_batches(0)[:4]:
         t.train_step([batch])
     path = CheckpointDirectory(tmp_path).save(t)
-    assert read_checkpoint(path)["extra"]["scaler"] == t.scaler.state_dict()
+    assert read_checkpoint(path)["state"]["scaler"] == t.scaler.state_dict()
     fresh = tiny_trainer(clip_grad_norm=1.0)
     fresh.scaler = torch.amp.GradScaler("cpu", init_scale=1.0, growth_interval=3)
     CheckpointDirectory(tmp_path).resume_newest(fresh)
@@ -173,7 +195,7 @@ def test_a_compiled_trainers_checkpoint_has_plain_names_and_resumes_a_compiled_o
 
 
 def test_checkpoints_are_loaded_with_weights_only(tmp_path, monkeypatch):
-    path = save_checkpoint(tmp_path / "a.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
     calls = []
     real_load = torch.load
     monkeypatch.setattr(
@@ -184,7 +206,7 @@ def test_checkpoints_are_loaded_with_weights_only(tmp_path, monkeypatch):
 
 
 def test_truncated_checkpoint_is_detected(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
     data = path.read_bytes()
     for size in (0, 10, len(data) // 2, len(data) - 10):
         path.write_bytes(data[:size])
@@ -193,44 +215,47 @@ def test_truncated_checkpoint_is_detected(tmp_path):
 
 
 def test_corrupted_parameters_are_detected(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
     checkpoint = torch.load(path, weights_only=True)
-    checkpoint["model"]["generator.proj.weight"][0, 0] += 1.0
+    checkpoint["state"]["model"]["generator.proj.weight"][0, 0] += 1.0
     torch.save(checkpoint, path)
     with pytest.raises(CheckpointError, match="SHA-256"):
         read_checkpoint(path)
 
 
 def test_flipped_bytes_are_never_silently_loaded(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
     data = bytearray(path.read_bytes())
-    reference = read_checkpoint(path)["model"]
+    reference = read_checkpoint(path)["state"]["model"]
     for offset in range(1000, len(data), len(data) // 25):
         damaged = bytearray(data)
         damaged[offset] ^= 0xFF
         path.write_bytes(bytes(damaged))
         try:
-            loaded = read_checkpoint(path)["model"]
+            loaded = read_checkpoint(path)["state"]["model"]
         except CheckpointError:
             continue
         # A flip that reading survives must have hit bytes that do not matter (metadata padding).
         assert all(loaded[k].equal(reference[k]) for k in reference)
 
 
-@pytest.mark.parametrize("where", ["optimizer", "rng", "extra", "scheduler", "step"])
+@pytest.mark.parametrize("where", ["optimizer", "rng", "position", "scheduler", "extra", "step"])
 def test_damage_anywhere_in_the_saved_state_is_detected(tmp_path, where):
-    path = CheckpointDirectory(tmp_path).save(trained(1))
+    path = CheckpointDirectory(tmp_path).save(trained(1), extra={"note": "kept"})
     checkpoint = torch.load(path, weights_only=True)
+    state = checkpoint["state"]
     if where == "optimizer":
-        checkpoint["optimizer"]["state"][0]["exp_avg"].view(-1)[0] += 1e-3
+        state["optimizer"]["state"][0]["exp_avg"].view(-1)[0] += 1e-3
     elif where == "rng":
-        checkpoint["rng"]["torch"][100] ^= 1
-    elif where == "extra":
-        checkpoint["extra"]["position"] += 1
+        state["rng"]["torch"][100] ^= 1
+    elif where == "position":
+        state["position"] += 1
     elif where == "scheduler":
-        checkpoint["scheduler"]["last_epoch"] += 1
+        state["scheduler"]["last_epoch"] += 1
+    elif where == "extra":
+        checkpoint["extra"]["note"] = "changed"
     else:
-        checkpoint["step"] += 1
+        state["step"] += 1
     torch.save(checkpoint, path)
     with pytest.raises(CheckpointError, match="does not match the SHA-256 digest"):
         read_checkpoint(path)
@@ -243,7 +268,7 @@ def test_version_1_checkpoints_are_still_read(tmp_path):
            "model": state, "model_sha256": state_dict_sha256(state), "optimizer": None, "scheduler": None,
            "step": 3, "rng": {}, "extra": {}}
     torch.save(old, tmp_path / "v1.pt")
-    assert read_checkpoint(tmp_path / "v1.pt")["step"] == 3
+    assert read_checkpoint(tmp_path / "v1.pt")["state"]["step"] == 3
     old["model"]["generator.proj.weight"][0, 0] += 1
     torch.save(old, tmp_path / "v1.pt")
     with pytest.raises(CheckpointError, match="SHA-256"):
@@ -265,7 +290,7 @@ def test_checkpoints_with_non_finite_parameters_are_refused(tmp_path):
     m = tiny_model()
     with torch.no_grad():
         m.generator.proj.weight[0, 0] = float("nan")
-    path = save_checkpoint(tmp_path / "nan.pt", model=m)
+    path = save_checkpoint(tmp_path / "nan.pt", m)
     with pytest.raises(CheckpointError, match="NaN or infinite parameters"):
         read_checkpoint(path)
     t, checkpoints = tiny_trainer(), CheckpointDirectory(tmp_path / "run")
@@ -278,14 +303,14 @@ def test_checkpoints_with_non_finite_parameters_are_refused(tmp_path):
     sound.model.load_state_dict(m.state_dict())
     with pytest.raises(TrainingDiverged, match=f"step 2: .*; the newest checkpoint, {kept}, is kept"):
         checkpoints.save(sound)
-    assert checkpoints.paths() == [kept] and read_checkpoint(kept)["step"] == 2
+    assert checkpoints.paths() == [kept] and read_checkpoint(kept)["state"]["step"] == 2
 
 
 # --- another configuration ----------------------------------------------------------------------
 
 
 def test_checkpoint_of_another_configuration_names_the_differences(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
     with pytest.raises(CheckpointMismatch) as error:
         load_checkpoint(path, tiny_model(n_layers=3, d_ff=48))
     message = str(error.value)
@@ -296,16 +321,16 @@ def test_checkpoint_of_another_configuration_names_the_differences(tmp_path):
 
 
 def test_a_checkpoint_loads_into_a_model_differing_only_in_dropout(tmp_path):
-    path = save_checkpoint(tmp_path / "a.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
     target = tiny_model(seed=1, dropout=0.3)
     load_checkpoint(path, target)
     assert max_difference(list(target.parameters()), list(tiny_model().parameters())) == 0.0
 
 
 def test_resuming_needs_the_optimizer_state(tmp_path):
-    path = save_checkpoint(tmp_path / "step_00000001.pt", model=tiny_model())
+    path = save_checkpoint(tmp_path / "step_00000001.pt", tiny_model())
     with pytest.raises(CheckpointError, match="no optimizer state"):
-        read_trainer_state(path)
+        load_checkpoint(path, tiny_trainer())
     # ... and resume_newest passes over such a file (an average, say) as it does over a damaged one.
     used, passed_over = CheckpointDirectory(tmp_path).resume_newest(tiny_trainer())
     assert used is None and "no optimizer state" in passed_over[0]
@@ -353,9 +378,9 @@ def test_the_directory_keeps_the_newest_checkpoints(tmp_path):
 
 def test_checkpoint_paths_sort_by_step(tmp_path):
     for step in (10, 2, 100):
-        save_checkpoint(tmp_path / f"step_{step:08d}.pt", model=tiny_model(), step=step)
+        save_checkpoint(tmp_path / f"step_{step:08d}.pt", tiny_model(), step=step)
     (tmp_path / "notes.txt").write_text("not a checkpoint")
-    assert [read_checkpoint(p)["step"] for p in checkpoint_paths(tmp_path)] == [2, 10, 100]
+    assert [read_checkpoint(p)["state"]["step"] for p in checkpoint_paths(tmp_path)] == [2, 10, 100]
     with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
         checkpoint_paths(tmp_path / "missing")
 
@@ -399,7 +424,8 @@ def test_a_directory_written_by_a_diverging_run_holds_only_sound_checkpoints(tmp
         t.fit(copy_batches, on_checkpoint=lambda: checkpoints.save(t))
     step = int(str(caught.value).split("at step ")[1].split(":")[0])
     saved = checkpoints.paths()
-    assert [read_checkpoint(path)["step"] for path in saved] == list(range(1, step))  # each read, sound
+    # each read, sound
+    assert [read_checkpoint(path)["state"]["step"] for path in saved] == list(range(1, step))
     # Found by the log point (a NaN loss) or by the checkpoint (NaN parameters after the update of a
     # step whose loss was still finite), depending on the float kernels: the last sound one is named.
     message = str(caught.value)

@@ -35,7 +35,7 @@ def write_run(directory, n: int = 4) -> list:
         torch.manual_seed(i)
         model = make_model(small_config())
         step = (i + 1) * 10
-        paths.append(save_checkpoint(directory / f"step_{step:08d}.pt", model=model, step=step))
+        paths.append(save_checkpoint(directory / f"step_{step:08d}.pt", model, step=step))
     return paths
 
 
@@ -43,11 +43,11 @@ def test_average_of_the_last_k_in_a_directory(tmp_path, capsys):
     paths = write_run(tmp_path / "run")
     assert main(["average", str(tmp_path / "run"), "--last", "3", "--output", str(tmp_path / "avg.pt")]) == 0
     averaged = read_checkpoint(tmp_path / "avg.pt")
-    states = [read_checkpoint(p)["model"] for p in paths[-3:]]
-    for name, tensor in averaged["model"].items():
+    states = [read_checkpoint(p)["state"]["model"] for p in paths[-3:]]
+    for name, tensor in averaged["state"]["model"].items():
         expected = sum(state[name].double() for state in states) / 3
         assert torch.allclose(tensor.double(), expected, atol=1e-6), name
-    assert averaged["step"] == 40
+    assert averaged["state"]["step"] == 40
     assert averaged["extra"]["averaged_steps"] == [20, 30, 40]
     assert "averaged 3 checkpoints (steps 20, 30, 40)" in capsys.readouterr().out
 
@@ -61,7 +61,8 @@ def test_average_of_listed_files(tmp_path):
 def test_averaging_one_checkpoint_k_times_returns_it(tmp_path):
     (path,) = write_run(tmp_path, 1)
     main(["average", str(path), str(path), str(path), "-o", str(tmp_path / "avg.pt")])
-    original, averaged = read_checkpoint(path)["model"], read_checkpoint(tmp_path / "avg.pt")["model"]
+    original = read_checkpoint(path)["state"]["model"]
+    averaged = read_checkpoint(tmp_path / "avg.pt")["state"]["model"]
     assert all(torch.equal(original[name], averaged[name]) for name in original)
 
 
@@ -89,8 +90,8 @@ def test_bad_input_ends_with_a_message_and_status_2(tmp_path, capsys, arguments,
 
 
 def test_checkpoints_of_different_models_are_refused(tmp_path, capsys):
-    save_checkpoint(tmp_path / "a.pt", model=make_model(small_config()))
-    save_checkpoint(tmp_path / "b.pt", model=make_model(small_config(d_ff=48)))
+    save_checkpoint(tmp_path / "a.pt", make_model(small_config()))
+    save_checkpoint(tmp_path / "b.pt", make_model(small_config(d_ff=48)))
     with pytest.raises(SystemExit):
         main(["average", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "-o", str(tmp_path / "avg.pt")])
     assert "error" in capsys.readouterr().err
@@ -136,7 +137,7 @@ def test_train_writes_a_finished_run_and_says_how_to_use_it(run, tmp_path, capsy
     for name in ("recipe.json", "vocab.json", "history.json", "model.pt"):
         assert (run / name).is_file(), name
     model = read_checkpoint(run / "model.pt")
-    assert model["step"] == 3 and model["extra"]["averaged"] == KEPT
+    assert model["state"]["step"] == 3 and model["extra"]["averaged"] == KEPT
     assert json.loads((run / "recipe.json").read_text())["d_model"] == 32
     assert main(["train", "--run-dir", str(run), "--device", "cpu", *TINY]) == 0  # the same command again
     out = capsys.readouterr().out
@@ -394,7 +395,7 @@ def test_divergence_names_the_step_the_value_and_the_options_and_keeps_a_checkpo
     assert "\n" not in message
     kept = re.search(r"step_\d{8}\.pt", message)[0]
     diverged_at = int(re.search(r"diverged at step (\d+)", message)[1])
-    assert read_checkpoint(run_dir / "checkpoints" / kept)["step"] < diverged_at
+    assert read_checkpoint(run_dir / "checkpoints" / kept)["state"]["step"] < diverged_at
     assert not (run_dir / "model.pt").exists()
 
 
@@ -444,15 +445,15 @@ def test_gradient_clipping_is_an_option(run, tmp_path, capsys):
     run_dir = new_run(run, tmp_path)
     assert main(["train", "--run-dir", str(run_dir), *TINY, "--clip-grad-norm", "0.5"]) == 0
     assert json.loads((run_dir / "recipe.json").read_text())["clip_grad_norm"] == 0.5
-    extra = read_checkpoint(run_dir / "checkpoints" / KEPT[-1])["extra"]
-    assert extra["train_config"]["clip_grad_norm"] == 0.5
+    state = read_checkpoint(run_dir / "checkpoints" / KEPT[-1])["state"]
+    assert state["config"]["clip_grad_norm"] == 0.5
     assert "clip_grad_norm: 0.5 -> 1.0" in fails(capsys, "train", "--run-dir", run_dir, *TINY,
                                                  "--clip-grad-norm", "1.0")
 
 
 def test_a_checkpoint_with_non_finite_weights_is_refused_everywhere_in_one_line(run, tmp_path, capsys):
     checkpoint = torch.load(run / "checkpoints" / KEPT[-1], weights_only=True)
-    checkpoint["model"]["generator.proj.weight"][0, 0] = float("inf")
+    checkpoint["state"]["model"]["generator.proj.weight"][0, 0] = float("inf")
     checkpoint["sha256"] = checkpoint_sha256(checkpoint)  # whole and sound, but not finite
     bad = tmp_path / "checkpoints" / "step_00000009.pt"
     bad.parent.mkdir()

@@ -455,7 +455,7 @@ def test_beam_search_argument_errors():
 
 def write_checkpoints(directory, models_by_step) -> list:
     return [
-        save_checkpoint(directory / f"step_{step:08d}.pt", model=model, step=step)
+        save_checkpoint(directory / f"step_{step:08d}.pt", model, step=step)
         for step, model in models_by_step.items()
     ]
 
@@ -464,7 +464,7 @@ def test_averaging_copies_of_one_checkpoint_returns_it_exactly(tmp_path):
     model = plain_model(0)
     (path,) = write_checkpoints(tmp_path, {100: model})
     average = average_checkpoints([path] * 5)
-    original = read_checkpoint(path)["model"]
+    original = read_checkpoint(path)["state"]["model"]
     assert average.keys() == original.keys()
     for name, tensor in average.items():
         assert tensor.dtype == original[name].dtype
@@ -475,7 +475,7 @@ def test_average_of_two_checkpoints_is_their_mean(tmp_path):
     first, second = plain_model(0), plain_model(1)
     paths = write_checkpoints(tmp_path, {1: first, 2: second})
     average = average_checkpoints(paths)
-    a, b = read_checkpoint(paths[0])["model"], read_checkpoint(paths[1])["model"]
+    a, b = read_checkpoint(paths[0])["state"]["model"], read_checkpoint(paths[1])["state"]["model"]
     for name, tensor in average.items():
         assert torch.equal(tensor, ((a[name].double() + b[name].double()) / 2).float()), name
     assert not torch.equal(average["generator.proj.weight"], a["generator.proj.weight"])
@@ -498,7 +498,7 @@ def test_averaging_refuses_different_parameter_names(tmp_path):
     model = plain_model(0)
     (path,) = write_checkpoints(tmp_path, {1: model})
     checkpoint = torch.load(path, weights_only=True)
-    checkpoint["model"]["extra.weight"] = torch.zeros(2)
+    checkpoint["state"]["model"]["extra.weight"] = torch.zeros(2)
     checkpoint["sha256"] = checkpoint_sha256(checkpoint)
     torch.save(checkpoint, tmp_path / "renamed.pt")
     with pytest.raises(CheckpointError, match=r"parameter extra\.weight only in renamed\.pt"):
@@ -512,11 +512,11 @@ def test_average_last_checkpoints_writes_a_loadable_checkpoint(tmp_path):
     assert output == tmp_path / "averaged_last_3.pt"
     assert [p.name for p in checkpoint_paths(tmp_path)] == [f"step_{s:08d}.pt" for s in (10, 20, 30, 40)]
     averaged = read_checkpoint(output)
-    assert averaged["step"] == 40
+    assert averaged["state"]["step"] == 40
     names = ["step_00000020.pt", "step_00000030.pt", "step_00000040.pt"]
     assert averaged["extra"]["averaged_checkpoints"] == names
     expected = average_checkpoints(checkpoint_paths(tmp_path)[-3:])
-    for name, tensor in averaged["model"].items():
+    for name, tensor in averaged["state"]["model"].items():
         assert torch.equal(tensor, expected[name]), name
     model = model_from_checkpoint(output)
     assert model.generator.proj.weight is model.tgt_embed.lut.weight  # still tied after loading
@@ -553,16 +553,16 @@ def test_beam_settings_that_would_decode_something_else_are_refused(settings, me
 def test_averaging_refuses_checkpoints_of_runs_with_different_vocabularies(tmp_path):
     model = plain_model(0)
     for name, fingerprint in (("a.pt", "1" * 64), ("b.pt", "2" * 64)):
-        save_checkpoint(tmp_path / name, model=model, extra={"vocab_sha256": fingerprint})
+        save_checkpoint(tmp_path / name, model, extra={"vocab_sha256": fingerprint})
     with pytest.raises(CheckpointError, match=r"different training runs \(their vocabularies differ\)"):
         average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
-    save_checkpoint(tmp_path / "c.pt", model=model)  # no fingerprint (not written by a run): accepted
+    save_checkpoint(tmp_path / "c.pt", model)  # no fingerprint (not written by a run): accepted
     average_checkpoints([tmp_path / "a.pt", tmp_path / "c.pt"])
 
 
 def test_an_average_keeps_the_fingerprints_of_its_run(tmp_path):
     identity = {"vocab_sha256": "1" * 64, "config_sha256": "2" * 64, "recipe": {"name": "tiny"}}
-    paths = [save_checkpoint(tmp_path / f"step_{step:08d}.pt", model=plain_model(step), step=step,
+    paths = [save_checkpoint(tmp_path / f"step_{step:08d}.pt", plain_model(step), step=step,
                              extra={**identity, "epoch": 0}) for step in (1, 2)]
     steps = save_average(paths, tmp_path / "avg.pt", {"note": "x"})
     extra = read_checkpoint(tmp_path / "avg.pt")["extra"]
@@ -572,11 +572,11 @@ def test_an_average_keeps_the_fingerprints_of_its_run(tmp_path):
 
 def test_averaging_refuses_a_checkpoint_with_non_finite_weights(tmp_path):
     model = plain_model(0)
-    good = save_checkpoint(tmp_path / "good.pt", model=model)
+    good = save_checkpoint(tmp_path / "good.pt", model)
     with torch.no_grad():
         model.generator.proj.weight[0, 0] = float("nan")
     checkpoint = torch.load(good, weights_only=True)
-    checkpoint["model"] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    checkpoint["state"]["model"] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     checkpoint["sha256"] = checkpoint_sha256(checkpoint)  # a sound file, with NaN in it
     torch.save(checkpoint, tmp_path / "nan.pt")
     with pytest.raises(CheckpointError, match="NaN or infinite parameters"):

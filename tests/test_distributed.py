@@ -142,7 +142,7 @@ def test_rank_0_alone_logs_and_writes_checkpoints(ranks):
     assert not (out / "checkpoints-rank1").exists()
     # Plain parameter names (no DDP "module." prefix): the checkpoint loads into a plain model.
     checkpoint = read_checkpoint(written[-1])
-    assert checkpoint["model"].keys() == make_model(small_config()).state_dict().keys()
+    assert checkpoint["state"]["model"].keys() == make_model(small_config()).state_dict().keys()
     assert "step      3  loss" in results[0]["printed by fit"]
     assert results[1]["printed by fit"] == ""
 
@@ -158,10 +158,10 @@ def test_fit_on_two_ranks_equals_fit_with_accumulation(ranks):
     single.fit(single_batches)
     checkpoint = read_checkpoint(out / "checkpoints-rank0" / "step_00000003.pt")
     names = list(single.model.state_dict())
-    written = [checkpoint["model"][name] for name in names]
+    written = [checkpoint["state"]["model"][name] for name in names]
     assert max_difference(written, [single.model.state_dict()[name] for name in names]) <= 1e-6
-    extra = checkpoint["extra"]
-    assert (extra["epoch"], extra["position"]) == (single.epoch, single.position // WORLD)
+    state = checkpoint["state"]
+    assert (state["epoch"], state["position"]) == (single.epoch, single.position // WORLD)
 
 
 def test_rank_0s_clock_fits_the_schedule_of_every_rank(ranks):

@@ -88,11 +88,11 @@ def temporaries(folder: Path) -> list[str]:
 
 
 def test_a_checkpoint_on_a_full_disk_names_the_file_and_keeps_the_one_before(tmp_path, disk):
-    path = save_checkpoint(tmp_path / "step_00000001.pt", model=tiny_model(), step=1)
+    path = save_checkpoint(tmp_path / "step_00000001.pt", tiny_model(), step=1)
     before = path.read_bytes()
     disk.fill("step_00000001.pt", room=5000)
     with pytest.raises(DiskFullError) as error:
-        save_checkpoint(path, model=tiny_model(), step=2)
+        save_checkpoint(path, tiny_model(), step=2)
     assert isinstance(error.value.__cause__, RuntimeError)  # torch.save's "unexpected pos", explained
     assert str(error.value).startswith(f"the disk is full: {path} could not be written (No space left on "
                                        f"device), and nothing was changed; free some space")
@@ -129,10 +129,11 @@ def test_a_full_disk_at_a_checkpoint_ends_training_in_one_line_and_the_same_comm
     )
     kept = checkpoint_paths(run_dir / "checkpoints")
     assert [p.name for p in kept] == ["step_00000001.pt", "step_00000002.pt"]  # none deleted for the new one
-    assert [read_checkpoint(p)["step"] for p in kept] == [1, 2] and temporaries(run_dir) == []
+    assert [read_checkpoint(p)["state"]["step"] for p in kept] == [1, 2] and temporaries(run_dir) == []
     disk.free()
     assert main(["train", "--run-dir", str(run_dir), *TINY]) == 0
-    assert "resumed" in capsys.readouterr().out and read_checkpoint(run_dir / "model.pt")["step"] == 3
+    assert "resumed" in capsys.readouterr().out
+    assert read_checkpoint(run_dir / "model.pt")["state"]["step"] == 3
 
 
 @pytest.mark.parametrize(("target", "after", "resume"), [
@@ -228,7 +229,7 @@ def test_a_reader_of_a_run_in_training_only_ever_sees_complete_checkpoints(run, 
         assert target not in visible, f"{target} is visible before its write is complete"
         for path in visible:
             reads.append(read_checkpoint(run_dir / path if path == "model.pt" else
-                                         run_dir / "checkpoints" / path)["step"])
+                                         run_dir / "checkpoints" / path)["state"]["step"])
 
     monkeypatch.setattr(torch, "save", save_and_read)
     assert main(["train", "--run-dir", str(run_dir), *TINY]) == 0

@@ -228,7 +228,7 @@ def test_fp16_training_resumes_exactly_with_its_gradient_scaler(tmp_path):
         whole.fit(batches)
         halves, checkpoints = fp16(6), CheckpointDirectory(tmp_path / "halves")
         halves.fit(batches, on_checkpoint=lambda: checkpoints.save(halves))
-        assert halves.scaler.is_enabled() and read_checkpoint(checkpoints.paths()[-1])["extra"]["scaler"]
+        assert halves.scaler.is_enabled() and read_checkpoint(checkpoints.paths()[-1])["state"]["scaler"]
         resumed = fp16(12)
         assert checkpoints.resume_newest(resumed)[0].name == "step_00000006.pt"
         assert resumed.scaler.state_dict() == halves.scaler.state_dict()

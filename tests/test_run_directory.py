@@ -15,12 +15,10 @@ import time
 
 import pytest
 import torch
-from helpers import OLD_RECIPE_JSON
+from helpers import OLD_RECIPE_JSON, version_2
 
 from annotated_transformer.checkpoints import (
-    _CHECKPOINT_CONTENT,
     CheckpointError,
-    _write_checkpoint,
     checkpoint_path,
     checkpoint_paths,
     read_checkpoint,
@@ -150,14 +148,15 @@ def test_a_run_with_only_model_pt_left_keeps_its_recipe(copy):
 def written_before(run_dir, **decoding):
     """Make `run_dir` a run as the package wrote it before a recipe held the model's and the training's
     configurations: its recipe.json, and the copy in every checkpoint, in the old flat format (with
-    other `decoding` settings, which a run may change)."""
+    other `decoding` settings, which a run may change), and its checkpoints and model.pt in the
+    checkpoint format of then (version 2)."""
     old = {**OLD_RECIPE_JSON, **decoding}
     assert Recipe.from_dict(old) == recipe(**decoding)  # the recipe the run was trained with
     (run_dir / "recipe.json").write_text(json.dumps(old, indent=1))
     for path in RunDirectory(run_dir).work():
         checkpoint = torch.load(path, weights_only=True)
         checkpoint["extra"]["recipe"] = old
-        _write_checkpoint(path, {name: checkpoint[name] for name in _CHECKPOINT_CONTENT})
+        torch.save(version_2(checkpoint), path)
         assert read_checkpoint(path)["extra"]["recipe"] == old
     return run_dir
 

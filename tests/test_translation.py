@@ -110,12 +110,13 @@ def test_a_run_writes_everything_it_needs(trained):
 
 def test_model_pt_is_the_average_of_the_last_checkpoints(trained):
     a, b = (
-        torch.load(p, weights_only=True)["model"] for p in checkpoint_paths(trained.run_dir / "checkpoints")
+        torch.load(p, weights_only=True)["state"]["model"]
+        for p in checkpoint_paths(trained.run_dir / "checkpoints")
     )
     saved = torch.load(trained.run_dir / "model.pt", weights_only=True)
     name = "generator.proj.weight" if "generator.proj.weight" in a else next(iter(a))
     expected = (a[name].double() + b[name].double()) / 2
-    torch.testing.assert_close(saved["model"][name].double(), expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(saved["state"]["model"][name].double(), expected, rtol=0, atol=1e-6)
     assert saved["extra"]["averaged"] == ["step_00000002.pt", "step_00000004.pt"]
 
 
@@ -365,7 +366,7 @@ def test_gradient_clipping_is_a_recipe_field_passed_to_training(tmp_path):
     assert "clip_grad_norm" not in RESUMABLE_FIELDS  # it changes the optimization
     run = train_translation(recipe, tmp_path / "r", device="cpu", progress=False)
     checkpoint = read_checkpoint(checkpoint_paths(run.run_dir / "checkpoints")[-1])
-    assert checkpoint["extra"]["train_config"]["clip_grad_norm"] == 0.5
+    assert checkpoint["state"]["config"]["clip_grad_norm"] == 0.5
     with pytest.raises(ValueError, match=r"clip_grad_norm: 0\.5 -> 1\.0"):
         train_translation(tiny_recipe(clip_grad_norm=1.0, max_steps=2), run.run_dir, device="cpu",
                           progress=False)

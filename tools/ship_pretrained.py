@@ -28,9 +28,9 @@ def ship(run_dir: Path, name: str, data_dir: Path, source: str) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     data = read_checkpoint(run_dir / "model.pt")
     model = Transformer(TransformerConfig(**data["config"]))
-    model.load_state_dict(data["model"])
+    model.load_state_dict(data["state"]["model"])
     # Half precision on disk: the weights are rounded once, and computed with in float32 after loading.
-    save_checkpoint(folder / "model.pt", model=model.half(), step=data["step"], extra=data["extra"])
+    save_checkpoint(folder / "model.pt", model.half(), step=data["state"]["step"], extra=data["extra"])
     for file in ("vocab.json", "recipe.json"):
         atomic_write_text(folder / file, (run_dir / file).read_text(encoding="utf-8"))
     translator = Translator.load(folder, device="cpu")
@@ -44,7 +44,7 @@ def ship(run_dir: Path, name: str, data_dir: Path, source: str) -> dict:
         "name": name,
         "recipe": json.loads((run_dir / "recipe.json").read_text(encoding="utf-8")).get("name"),
         "source": source,
-        "steps": data["step"],
+        "steps": data["state"]["step"],
         "averaged": data["extra"].get("averaged"),
         "hardware": json.loads((run_dir / "hardware.json").read_text(encoding="utf-8")),
         "weights": "float16 on disk, float32 when loaded",

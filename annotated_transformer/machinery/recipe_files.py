@@ -220,5 +220,5 @@ def read_run_model(
     settings = {name: recipe[name] for name in ("beam_size", "alpha") if name in recipe}
     settings["max_source_tokens"] = data["extra"].get("longest_source")
     model = Transformer(TransformerConfig(**data["config"]))
-    model.load_state_dict(data["model"])
+    model.load_state_dict(data["state"]["model"])
     return model, vocabs, settings
