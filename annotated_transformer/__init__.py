@@ -24,7 +24,7 @@ from .data import corpus
 from .recipes import RECIPES, Recipe, get_recipe
 from .translation import TrainingRun, train_translation
 from .translator import Evaluation, Translator, evaluate_bleu
-from .machinery.pretrained import load_pretrained
+from .runs.pretrained import load_pretrained
 
 _all_ = [
     # §3: the model, its attention and masks

@@ -11,7 +11,7 @@ import functools
 import sys
 from collections.abc import Sequence
 
-from .machinery import cli
+from .cli import commands as cli
 from .layer_norm import layer_norm_variants
 from .variations import add_experiment_command, table3_variants
 

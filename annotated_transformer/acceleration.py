@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-from .machinery.platform import check_precision_support, reuse_freed_memory
+from .helpers.torch_support import check_precision_support, reuse_freed_memory
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]  # auto: bf16 or fp16 on a GPU, fp32 on a CPU
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .machinery.wrappers import unwrap_model
+from .helpers.model_wrappers import unwrap_model
 from .files import atomic_save
 from .model import Transformer, TransformerConfig
 from .training import Trainer, TrainingDiverged

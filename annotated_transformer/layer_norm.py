@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .recipes import Recipe
-from .machinery.run_directory import read_history
+from .runs.run_directory import read_history
 from .variations import Variant
 
 # %% ../book/19_layer_norm.ipynb #81435d78

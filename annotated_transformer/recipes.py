@@ -15,7 +15,7 @@ from typing import Any
 from .model import TransformerConfig
 from .tokenization import Vocabularies, VocabKind
 from .training import TrainConfig
-from .machinery.recipe_files import RecipeFile, recipe_settings_of
+from .runs.recipe_files import RecipeFile, recipe_settings_of
 
 # %% ../book/14_translation.ipynb #4f86fbc9
 @dataclass(frozen=True, kw_only=True)

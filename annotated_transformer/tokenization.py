@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch, shard_batches
-from .machinery.checks import check_count, check_pairs, check_text, check_texts
-from .machinery.vocabulary_files import VocabularyError, VocabularyFile
+from .helpers.input_checks import check_count, check_pairs, check_text, check_texts
+from .companions.vocabulary_files import VocabularyError, VocabularyFile
 
 # %% ../book/13_tokenization.ipynb #ad4f37b5
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")  # at indices PAD, BOS, EOS, UNK = 0, 1, 2, 3

@@ -26,13 +26,13 @@ from .acceleration import default_device, resolve_precision
 from .batching import PAD, Batch, batch_by_sentences, batch_by_tokens
 from .batching import copy_task, make_batch
 from .errors import Setting, SettingsMessage
-from .machinery.platform import check_compile_support
-from .machinery.classes import add_to_class
-from .machinery.prefetch import prefetched
-from .machinery.processes import rank_and_world_size
-from .machinery.progress import Progress
-from .machinery.training_checks import check_train_config
-from .machinery.wrappers import unwrap_model
+from .helpers.torch_support import check_compile_support
+from .helpers.cell_classes import add_to_class
+from .helpers.prefetch import prefetched
+from .helpers.processes import rank_and_world_size
+from .helpers.progress import Progress
+from .companions.training_checks import check_train_config
+from .helpers.model_wrappers import unwrap_model
 from .model import Transformer, TransformerConfig, check_types, make_model
 from .optimizer import make_optimizer
 from .regularization import LabelSmoothingLoss, rdrop_forward_loss, token_nll

@@ -23,20 +23,20 @@ from .decoding import average_checkpoints
 from .model import Transformer, make_model
 from .tokenization import Vocabularies, VocabularyError, build_vocabularies
 from .tokenization import encode_pairs, token_batches
-from .machinery.corpus_cache import cached_encode_pairs, training_batches
-from .machinery.checks import check_count as _check_count, check_pairs as _check_pairs
+from .companions.corpus_cache import cached_encode_pairs, training_batches
+from .helpers.input_checks import check_count as _check_count, check_pairs as _check_pairs
 from .training import Trainer, evaluate
 from .checkpoints import checkpoint_step, save_checkpoint
-from .machinery.hardware import check_device
-from .machinery.run_directory import RunDirectory, open_run
-from .machinery.run_directory import record_data_dir
-from .machinery.long_run import LongRun
-from .machinery.processes import is_main_process, rank_and_world_size
+from .companions.hardware import check_device
+from .runs.run_directory import RunDirectory, open_run
+from .runs.run_directory import record_data_dir
+from .runs.long_run import LongRun
+from .helpers.processes import is_main_process, rank_and_world_size
 from .recipes import Recipe
 from .translator import InputWarning, Translator, bleu
-from .machinery.recipe_files import BUILT_FROM, check_rebuilt_vocabulary, run_fingerprint
-from .machinery.recipe_files import check_run_vocabulary
-from .machinery.translation_checks import batch_warning
+from .runs.recipe_files import BUILT_FROM, check_rebuilt_vocabulary, run_fingerprint
+from .runs.recipe_files import check_run_vocabulary
+from .companions.translation_checks import batch_warning
 
 # %% ../book/14_translation.ipynb #e8692d96
 def load_vocabularies(run_dir: Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]) -> Vocabularies:

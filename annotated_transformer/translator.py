@@ -22,13 +22,13 @@ from .batching import BOS, EOS, PAD, UNK, make_batch
 from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer
 from .tokenization import Vocabularies
-from .machinery.checks import check_count as _check_count, check_texts as _check_texts
-from .machinery.classes import add_to_class as _add_to_class
-from .machinery.hardware import check_device
-from .machinery.recipe_files import read_run_model
-from .machinery.translation_checks import InputWarning, TranslationInfo, input_warning
-from .machinery.translation_checks import check_scored_texts, check_scoring_input
-from .machinery.translation_checks import check_source_lengths, check_vocabulary_sizes
+from .helpers.input_checks import check_count as _check_count, check_texts as _check_texts
+from .helpers.cell_classes import add_to_class as _add_to_class
+from .companions.hardware import check_device
+from .runs.recipe_files import read_run_model
+from .companions.translation_checks import InputWarning, TranslationInfo, input_warning
+from .companions.translation_checks import check_scored_texts, check_scoring_input
+from .companions.translation_checks import check_source_lengths, check_vocabulary_sizes
 
 # %% ../book/14_translation.ipynb #b56d625b
 class Translator:

@@ -22,19 +22,19 @@ from pathlib import Path
 
 import torch
 
-from .machinery import cli
+from .cli import commands as cli
 from .data import corpus
-from .machinery.hardware import check_device
+from .companions.hardware import check_device
 from .model import TransformerConfig, count_parameters
 from .files import atomic_write_text
-from .machinery.corpus_cache import cached_encode_pairs
+from .companions.corpus_cache import cached_encode_pairs
 from annotated_transformer.tokenization import (
     encode_pairs,
     token_batches,
 )
 from .training import TrainConfig, evaluate
 from .recipes import RECIPES, Recipe
-from .machinery.run_directory import RunDirectory
+from .runs.run_directory import RunDirectory
 from .translator import Translator, bleu
 from .translation import load_vocabularies, train_translation
 

@@ -45,7 +45,7 @@ from gpu_finale import command_line
 
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.checkpoints import checkpoint_paths
-from annotated_transformer.machinery.run_directory import RunDirectory
+from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import Vocabularies
 from annotated_transformer.translation import Validator, train_translation

@@ -81,8 +81,8 @@ from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
 from annotated_transformer.files import atomic_save, atomic_write, atomic_write_text
 from annotated_transformer.layer_norm import layer_norm_variants
-from annotated_transformer.machinery.corpus_cache import cached_encode_pairs
-from annotated_transformer.machinery.run_directory import RunDirectory
+from annotated_transformer.companions.corpus_cache import cached_encode_pairs
+from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import Vocabularies

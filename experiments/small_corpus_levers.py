@@ -167,7 +167,7 @@ def judge(differences: list[float], recipe_std: float) -> dict:
 def passes_over_the_data(args: argparse.Namespace, runs: dict[str, int]) -> dict:
     """How many times each lever's steps pass over the training data: BPE-dropout's pieces are more
     than plain BPE's, so batches of the same tokens hold fewer sentences (its first epoch's sample)."""
-    from annotated_transformer.machinery.corpus_cache import training_batches
+    from annotated_transformer.companions.corpus_cache import training_batches
     from annotated_transformer.tokenization import Vocabularies, encode_pairs
 
     options = {"root": args.data_dir} if args.data_dir else {}

@@ -1,7 +1,7 @@
 """BPE-dropout (Provilkov et al., 2020; chapter 13's `_sample_merges`, the recipe's `bpe_dropout`): plain
 BPE at 0, characters at 1, a reproducible sample between that spells the same words, the same
 distribution as Hugging Face's BPE `dropout`, a new sample of the training pairs every epoch
-(machinery/corpus_cache.py) and nothing else changed."""
+(companions/corpus_cache.py) and nothing else changed."""
 
 import json
 import math
@@ -14,7 +14,7 @@ from helpers import OLD_RECIPE_JSON, fails, one_line
 from annotated_transformer.__main__ import main
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.errors import FieldError
-from annotated_transformer.machinery.corpus_cache import dropout_epochs, sample_ids, training_batches
+from annotated_transformer.companions.corpus_cache import dropout_epochs, sample_ids, training_batches
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import (
     BPE,

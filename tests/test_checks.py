@@ -1,4 +1,4 @@
-"""The checks of what a function is given (annotated_transformer.machinery.checks): sentences, pairs
+"""The checks of what a function is given (annotated_transformer.helpers.input_checks): sentences, pairs
 and counts come back as lists and ints, or are refused in one line that names the argument, what it
 must be and what came. (tests/test_tokenization.py and tests/test_translation.py check that the
 functions that take text use them.)"""
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import one_line
 
-from annotated_transformer.machinery.checks import (
+from annotated_transformer.helpers.input_checks import (
     check_count,
     check_list,
     check_pairs,

@@ -1,4 +1,4 @@
-"""The command line (annotated_transformer/machinery/cli.py and recipe_options.py, shown at work in
+"""The command line (annotated_transformer/cli/commands.py and recipe_options.py, shown at work in
 chapter 16): `python -m annotated_transformer train | translate | evaluate | average`, and
 `experiment` (chapters 18 and 19)."""
 
@@ -20,8 +20,8 @@ from helpers import new_run, small_config
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
 from annotated_transformer.data import corpus
-from annotated_transformer.machinery.cli import what_was_trained
-from annotated_transformer.machinery.recipe_options import option_name
+from annotated_transformer.cli.commands import what_was_trained
+from annotated_transformer.cli.recipe_options import option_name
 from annotated_transformer.model import make_model
 from annotated_transformer.recipes import get_recipe, recipe_settings
 from annotated_transformer.tokenization import build_vocabularies
@@ -256,8 +256,8 @@ def test_help_of_each_command(capsys, command, options):
 
 
 def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
-    from annotated_transformer.machinery.cli import build_parser
-    from annotated_transformer.machinery.recipe_options import recipe_from_args
+    from annotated_transformer.cli.commands import build_parser
+    from annotated_transformer.cli.recipe_options import recipe_from_args
 
     args = build_parser().parse_args(
         ["train", "--max-minutes", "2.5", "--d-k", "16", "--d-v", "8", "--positional", "learned",
@@ -270,8 +270,8 @@ def test_options_of_fields_without_a_default_value_have_their_types(tmp_path):
 
 
 def test_a_decoder_of_its_own_depth_reaches_the_model(tmp_path, capsys):
-    from annotated_transformer.machinery.cli import build_parser
-    from annotated_transformer.machinery.recipe_options import recipe_from_args
+    from annotated_transformer.cli.commands import build_parser
+    from annotated_transformer.cli.recipe_options import recipe_from_args
     from annotated_transformer.tokenization import build_vocabularies
 
     recipe = recipe_from_args(build_parser().parse_args(["train", "--layers", "4", "--decoder-layers", "1"]))
@@ -305,8 +305,8 @@ EVERY_OPTION = {
 
 
 def test_every_setting_of_a_recipe_is_an_option_of_train():
-    from annotated_transformer.machinery.cli import build_parser
-    from annotated_transformer.machinery.recipe_options import recipe_from_args
+    from annotated_transformer.cli.commands import build_parser
+    from annotated_transformer.cli.recipe_options import recipe_from_args
 
     assert set(EVERY_OPTION) == set(recipe_settings()) - {"name"}
     argv = ["train"]
@@ -356,7 +356,7 @@ def test_experiment_errors(tmp_path, capsys):
 
 
 def test_the_complete_command_line_is_chapter_15s_with_the_experiment_of_chapters_17_and_18(capsys):
-    from annotated_transformer.machinery import cli
+    from annotated_transformer.cli import commands as cli
 
     with pytest.raises(SystemExit):
         cli.main(["experiment", "table3"])
@@ -623,7 +623,7 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(run, tmp_path, capsys, m
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer.machinery import cli, command_files
+    from annotated_transformer.cli import commands as cli, command_files
 
     def never(*args, **kwargs):
         raise AssertionError("translated before checking the output")
@@ -646,7 +646,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_pa
 
 
 def test_a_failed_write_names_the_users_file_not_a_temporary_one(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer.machinery import command_files
+    from annotated_transformer.cli import command_files
 
     def full_disk(path, text):
         raise OSError(28, "No space left on device", str(path.with_name(f".{path.name}.123.tmp")))
@@ -672,7 +672,7 @@ def test_a_finite_but_exploded_loss_is_not_reported_as_a_success_in_silence(run,
 
 
 def test_out_of_gpu_memory_names_a_smaller_batch_and_keeps_the_run_resumable(tmp_path, capsys, monkeypatch):
-    from annotated_transformer.machinery import cli
+    from annotated_transformer.cli import commands as cli
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -695,13 +695,13 @@ def test_every_setting_a_library_message_names_is_an_option():
     A name with no option (a new argument of the data loader, say) would be said as an option that
     does not exist, so every name the package's messages use must be one the parser knows."""
     from annotated_transformer.errors import Setting
-    from annotated_transformer.machinery.cli import option_spelling
+    from annotated_transformer.cli.commands import option_spelling
 
     package = Path(__file__).resolve().parents[1] / "annotated_transformer"
     names = {name for path in package.rglob("*.py")  # the machinery's messages too
              for name in re.findall(r"""Setting\(\s*["'](\w+)["']""", path.read_text(encoding="utf-8"))}
     assert {"root", "download", "lr_factor", "max_tokens"} <= names
-    from annotated_transformer.machinery.cli import build_parser
+    from annotated_transformer.cli.commands import build_parser
 
     commands = next(action for action in build_parser()._actions if action.dest == "command")
     options = {option for action in commands.choices["train"]._actions for option in action.option_strings}
@@ -714,7 +714,7 @@ def test_every_setting_a_library_message_names_is_an_option():
 def test_the_argparse_types_refuse_a_bad_value_with_a_reason():
     import argparse
 
-    from annotated_transformer.machinery.cli import parse_device, positive_int
+    from annotated_transformer.cli.commands import parse_device, positive_int
 
     assert positive_int("3") == 3
     for text, reason in (("0", "must be at least 1, got 0"), ("2.5", "'2.5' is not a whole number")):
@@ -726,7 +726,7 @@ def test_the_argparse_types_refuse_a_bad_value_with_a_reason():
 
 
 def test_a_message_of_several_lines_is_said_on_one():
-    from annotated_transformer.machinery.cli import command_line_message
+    from annotated_transformer.cli.commands import command_line_message
 
     error = ValueError("runs/x holds a run of another configuration:\n  d_model: 128 -> 64\n"
                        "  n_heads: 4 -> 8\n")
@@ -736,7 +736,7 @@ def test_a_message_of_several_lines_is_said_on_one():
 
 
 def test_what_train_says_on_a_gpu_out_of_memory_and_after_a_divergence(tmp_path):
-    from annotated_transformer.machinery.cli import after_divergence, out_of_memory
+    from annotated_transformer.cli.commands import after_divergence, out_of_memory
 
     run_dir = tmp_path / "run"
     assert out_of_memory(get_recipe("base"), run_dir) == (

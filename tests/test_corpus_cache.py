@@ -1,4 +1,4 @@
-"""The cache of encoded corpora (annotated_transformer.machinery.corpus_cache): `cached_encode_pairs`
+"""The cache of encoded corpora (annotated_transformer.companions.corpus_cache): `cached_encode_pairs`
 reads a sound file of its key, rebuilds a damaged one, and keys it on the text and the vocabulary.
 
 No test needs the network or Multi30k: the data is the built-in corpus and small hand-made texts.
@@ -7,9 +7,9 @@ No test needs the network or Multi30k: the data is the built-in corpus and small
 import pytest
 import torch
 
-import annotated_transformer.machinery.corpus_cache as corpus_cache
+import annotated_transformer.companions.corpus_cache as corpus_cache
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.machinery.corpus_cache import cached_encode_pairs, corpus_key, pack, unpack
+from annotated_transformer.companions.corpus_cache import cached_encode_pairs, corpus_key, pack, unpack
 from annotated_transformer.tokenization import Vocabularies, build_vocabularies, encode_pairs
 
 

@@ -1,7 +1,7 @@
 """Figures in the chapters' prose are computed, not typed.
 
 A chapter's Markdown pastes each measured figure with {glue:text}`name`; a glue cell (tagged `glue`)
-computes it from a result file the package ships (annotated_transformer.machinery.figures). These
+computes it from a result file the package ships (annotated_transformer.helpers.book_figures). These
 tests check that the glued values are those of today's result files, that every pasted name is
 glued, and that the prose types no figure of its own: a number that looks measured (decimals,
 percentages, thousands, a time, a ratio) is either pasted or listed in the notebook's metadata
@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from glue_figures import glue_cells, glued_outputs, stale_cells
 
-from annotated_transformer.machinery import figures
+from annotated_transformer.helpers import book_figures as figures
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))

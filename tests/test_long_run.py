@@ -10,8 +10,8 @@ import pytest
 from helpers import assert_identical, copy_batches, parameters, tiny_trainer
 
 from annotated_transformer import layer_norm
-from annotated_transformer.machinery.long_run import ClockFit, LongRun
-from annotated_transformer.machinery.run_directory import (
+from annotated_transformer.runs.long_run import ClockFit, LongRun
+from annotated_transformer.runs.run_directory import (
     RunDirectory,
     RunHistory,
     open_run,

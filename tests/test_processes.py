@@ -1,4 +1,4 @@
-"""The one notion of "this process writes" (machinery/processes.py): rank 0 of a torch.distributed run,
+"""The one notion of "this process writes" (helpers/processes.py): rank 0 of a torch.distributed run,
 or a lone process, writes a run's files and notes; every other rank computes and writes nothing.
 
 The other ranks are pretended by patching torch.distributed's own answers (initialized, rank 1 of 2),
@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from annotated_transformer.machinery.processes import is_main_process, rank_and_world_size
-from annotated_transformer.machinery.run_directory import (
+from annotated_transformer.helpers.processes import is_main_process, rank_and_world_size
+from annotated_transformer.runs.run_directory import (
     RunDirectory,
     RunHistory,
     note,

@@ -1,4 +1,4 @@
-"""annotated_transformer.machinery.recipe_files: a recipe as one flat dict of settings and back, the
+"""annotated_transformer.runs.recipe_files: a recipe as one flat dict of settings and back, the
 names of older files, the recipe's own checks, and a run's fingerprints (chapter 14's `Recipe`)."""
 
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 from helpers import OLD_RECIPE_JSON, one_line
 
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.machinery.recipe_files import (
+from annotated_transformer.runs.recipe_files import (
     BUILT_FROM,
     LEFT_TO_RUN,
     RecipeFile,

@@ -7,7 +7,7 @@ import cpu_recipe_search  # experiments/ is on pytest's pythonpath (pyproject.to
 import gpu_recipe_search
 import small_corpus_levers
 
-from annotated_transformer.machinery.recipe_options import add_recipe_options
+from annotated_transformer.cli.recipe_options import add_recipe_options
 
 
 def test_a_translation_runs_on_past_twice_its_reference_and_five_words():

@@ -24,8 +24,8 @@ from annotated_transformer.checkpoints import (
     read_checkpoint,
 )
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.machinery.cli import main
-from annotated_transformer.machinery.run_directory import RunDirectory, run_data_dir
+from annotated_transformer.cli.commands import main
+from annotated_transformer.runs.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches

@@ -6,7 +6,7 @@ import statistics
 
 import multi30k_seeds  # experiments/ is on pytest's pythonpath (pyproject.toml)
 
-from annotated_transformer.machinery.figures import result
+from annotated_transformer.helpers.book_figures import result
 
 
 def test_the_committed_summary_is_the_scripts_summary_of_the_committed_runs():

@@ -17,7 +17,7 @@ from helpers import one_line
 import annotated_transformer.files as files
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.machinery.vocabulary_files import bpe_from_json, bpe_to_json
+from annotated_transformer.companions.vocabulary_files import bpe_from_json, bpe_to_json
 from annotated_transformer.tokenization import (
     BPE,
     END_OF_WORD,

@@ -29,7 +29,7 @@ from annotated_transformer.acceleration import (
 )
 from annotated_transformer.batching import EOS, PAD, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.decoding import beam_search, greedy_decode
-from annotated_transformer.machinery.platform import reuse_freed_memory
+from annotated_transformer.helpers.torch_support import reuse_freed_memory
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
@@ -631,7 +631,7 @@ def test_methods_added_across_cells_keep_the_modules_names_bound():
 
 def test_building_a_trainer_changes_no_process_wide_setting(monkeypatch):
     import annotated_transformer.acceleration as acceleration
-    import annotated_transformer.machinery.platform as platform
+    import annotated_transformer.helpers.torch_support as platform
 
     def refused(*args):
         raise AssertionError("a Trainer made a process-wide setting")

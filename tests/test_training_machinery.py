@@ -11,16 +11,16 @@ import torch
 from helpers import tiny_model
 
 from annotated_transformer.errors import FieldError
-from annotated_transformer.machinery.classes import add_to_class
-from annotated_transformer.machinery.platform import (
+from annotated_transformer.helpers.cell_classes import add_to_class
+from annotated_transformer.helpers.torch_support import (
     check_compile_support,
     check_precision_support,
     reuse_freed_memory,
 )
-from annotated_transformer.machinery.prefetch import prefetched
-from annotated_transformer.machinery.progress import Progress
-from annotated_transformer.machinery.training_checks import check_train_config
-from annotated_transformer.machinery.wrappers import unwrap_model
+from annotated_transformer.helpers.prefetch import prefetched
+from annotated_transformer.helpers.progress import Progress
+from annotated_transformer.companions.training_checks import check_train_config
+from annotated_transformer.helpers.model_wrappers import unwrap_model
 from annotated_transformer.training import TrainConfig
 
 # --- add_to_class --------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_precision_refusals_say_what_the_device_can_run():
 
 
 def test_compile_support_on_the_cpu_needs_a_cpp_compiler(monkeypatch):
-    import annotated_transformer.machinery.platform as platform
+    import annotated_transformer.helpers.torch_support as platform
 
     monkeypatch.setattr(platform.shutil, "which", lambda name: None)
     if torch._dynamo.is_dynamo_supported():

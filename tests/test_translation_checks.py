@@ -1,4 +1,4 @@
-"""annotated_transformer.machinery.translation_checks and attention_grid: what chapter 14's training
+"""annotated_transformer.companions.translation_checks and attention_grid: what chapter 14's training
 and translating say about their input, and the grid that draws attention maps."""
 
 import matplotlib
@@ -7,8 +7,8 @@ import torch
 from helpers import one_line
 
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.machinery.attention_grid import plot_attention
-from annotated_transformer.machinery.translation_checks import (
+from annotated_transformer.helpers.attention_grid import plot_attention
+from annotated_transformer.companions.translation_checks import (
     UNREADABLE_SHARE,
     TrainingWarning,
     TranslationInfo,

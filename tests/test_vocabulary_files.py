@@ -1,4 +1,4 @@
-"""The file of a translation direction's vocabularies (annotated_transformer.machinery.vocabulary_files):
+"""The file of a translation direction's vocabularies (annotated_transformer.companions.vocabulary_files):
 what `Vocabularies.save` writes and `Vocabularies.load` reads back or refuses, and the fingerprint
 `sha256` that checkpoints and the cache of encoded corpora record.
 
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.machinery.vocabulary_files import (
+from annotated_transformer.companions.vocabulary_files import (
     FORMAT,
     VERSION,
     VocabularyFile,

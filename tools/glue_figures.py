@@ -5,7 +5,7 @@
     python tools/glue_figures.py --check            # report stale cells, change nothing (exit 1)
 
 A glue cell (a code cell tagged `glue` and `remove-cell`) reads result files the package ships and
-hands figures to the prose with `annotated_transformer.machinery.figures.glue`; it needs nothing
+hands figures to the prose with `annotated_transformer.helpers.book_figures.glue`; it needs nothing
 else the chapter computed. So after a result file changes, its chapters' figures are brought up to
 date by running their glue cells in order, in one namespace per notebook, without re-running the
 chapter (whose training may take half an hour). Each glue cell's outputs become what `glue` displays.
@@ -20,7 +20,7 @@ from unittest import mock
 
 import nbformat
 
-from annotated_transformer.machinery import figures
+from annotated_transformer.helpers import book_figures as figures
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 TAG = "glue"

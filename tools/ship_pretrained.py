@@ -1,4 +1,4 @@
-"""Ship a finished run's translator with the package (annotated_transformer/machinery/pretrained.py).
+"""Ship a finished run's translator with the package (annotated_transformer/runs/pretrained.py).
 
     python tools/ship_pretrained.py RUN_DIR --name multi30k --data-dir DIR --source "the run's command"
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from annotated_transformer import Translator, corpus, evaluate_bleu
 from annotated_transformer.checkpoints import read_checkpoint, save_checkpoint
 from annotated_transformer.files import atomic_write_text
-from annotated_transformer.machinery.pretrained import FILES, sha256_of, shipped_root
+from annotated_transformer.runs.pretrained import FILES, sha256_of, shipped_root
 from annotated_transformer.model import Transformer, TransformerConfig
 
 SAMPLE = 5  # test sentences whose translations the result file keeps (tests/test_pretrained.py)

@@ -15,7 +15,7 @@ import torch.distributed
 
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoints import CheckpointDirectory, CheckpointError
-from annotated_transformer.machinery.run_directory import (
+from annotated_transformer.runs.run_directory import (
     RunDirectory,
     RunHistory,
     note,

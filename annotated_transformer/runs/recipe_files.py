@@ -27,8 +27,8 @@ from annotated_transformer.checkpoints import read_checkpoint
 from annotated_transformer.data import CORPORA
 from annotated_transformer.errors import field_error
 from annotated_transformer.model import Transformer, TransformerConfig, check_types, config_sha256
-from annotated_transformer.machinery.run_directory import RunDirectory, note, recorded, set_aside
-from annotated_transformer.machinery.checks import shown as _shown
+from annotated_transformer.runs.run_directory import RunDirectory, note, recorded, set_aside
+from annotated_transformer.helpers.input_checks import shown as _shown
 from annotated_transformer.tokenization import SPECIALS, Vocabularies, VocabularyError
 from annotated_transformer.training import TrainConfig
 

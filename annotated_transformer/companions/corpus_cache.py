@@ -32,7 +32,7 @@ from annotated_transformer.files import atomic_save
 from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs, Vocabularies, _sample_merges,
                                                 encode_pairs, token_batches)
 
-from .checks import check_pairs
+from annotated_transformer.helpers.input_checks import check_pairs
 
 __all__ = ["cached_encode_pairs", "corpus_key", "dropout_epochs", "pack", "sample_ids", "training_batches",
            "unpack"]

@@ -11,7 +11,7 @@ chapter adds a command of its own through `extra_commands` (chapter 18's `experi
 What this module does around them:
 
 - the parser: one argparse sub-parser per command, each with a `--help` that explains its options;
-  `train`'s recipe options are generated from the fields of `Recipe` (`machinery.recipe_options`);
+  `train`'s recipe options are generated from the fields of `Recipe` (`cli.recipe_options`);
   the types argparse checks itself (`positive_int`, `parse_device`) refuse a bad value before any
   work; `translate` takes sentences after its options too (`_parse_arguments`);
 - one rule for errors: `main` ends a command whose input is wrong (an `OSError`, a `ValueError`,
@@ -48,21 +48,21 @@ import torch
 
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.checkpoints import checkpoint_paths
-from annotated_transformer.machinery.command_files import check_output, decode_utf8, output_errors
-from annotated_transformer.machinery.command_files import read_input, read_lines, write_lines
+from annotated_transformer.cli.command_files import check_output, decode_utf8, output_errors
+from annotated_transformer.cli.command_files import read_input, read_lines, write_lines
 from annotated_transformer.data import CORPORA, DataError, corpus
 from annotated_transformer.decoding import save_average
 from annotated_transformer.distributed import init_distributed, shutdown_distributed
 from annotated_transformer.errors import Setting, SettingsMessage
 from annotated_transformer.files import atomic_write_text
-from annotated_transformer.machinery.hardware import check_device
-from annotated_transformer.machinery.pretrained import PREFIX, available, pretrained_dir
-from annotated_transformer.machinery.recipe_options import add_recipe_options, describe_configuration
-from annotated_transformer.machinery.recipe_options import option_name, recipe_from_args
+from annotated_transformer.companions.hardware import check_device
+from annotated_transformer.runs.pretrained import PREFIX, available, pretrained_dir
+from annotated_transformer.cli.recipe_options import add_recipe_options, describe_configuration
+from annotated_transformer.cli.recipe_options import option_name, recipe_from_args
 from annotated_transformer.recipes import RECIPES, Recipe
-from annotated_transformer.machinery.run_directory import RunDirectory, peek_extra, read_json, run_data_dir
+from annotated_transformer.runs.run_directory import RunDirectory, peek_extra, read_json, run_data_dir
 from annotated_transformer.training import TrainingDiverged
-from annotated_transformer.machinery.translation_checks import TrainingWarning
+from annotated_transformer.companions.translation_checks import TrainingWarning
 from annotated_transformer.translation import TrainingRun, train_translation
 from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from annotated_transformer.errors import Setting, SettingsMessage
 from annotated_transformer.model import TransformerConfig
-from annotated_transformer.machinery.checks import check_pairs as _check_pairs
-from annotated_transformer.machinery.checks import check_texts as _check_texts
-from annotated_transformer.machinery.checks import shown as _shown
+from annotated_transformer.helpers.input_checks import check_pairs as _check_pairs
+from annotated_transformer.helpers.input_checks import check_texts as _check_texts
+from annotated_transformer.helpers.input_checks import shown as _shown
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
 
 __all__ = [

@@ -37,9 +37,9 @@ import torch
 import torch.distributed
 
 from annotated_transformer.checkpoints import checkpoint_paths, checkpoint_step
-from annotated_transformer.machinery.processes import is_main_process, rank_and_world_size
+from annotated_transformer.helpers.processes import is_main_process, rank_and_world_size
 from annotated_transformer.files import DiskFullError, atomic_write_text, disk_full, remove_stale_temporaries
-from annotated_transformer.machinery.hardware import describe_hardware
+from annotated_transformer.companions.hardware import describe_hardware
 from annotated_transformer.training import StepStats
 
 try:  # file locks, for `run_lock`: POSIX only

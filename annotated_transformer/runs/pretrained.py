@@ -8,7 +8,7 @@ of the shipped weights, a few test sentences with their translations, and the SH
 checked before any of them is read. `Translator.load`, the command line (`pretrained:NAME` where a run
 directory goes) and `load_pretrained` all read the folder the same way.
 
-    from annotated_transformer.machinery.pretrained import load_pretrained
+    from annotated_transformer.runs.pretrained import load_pretrained
     load_pretrained("multi30k").translate("Ein Mann fährt Fahrrad.")
 """
 

@@ -1,0 +1,10 @@
+"""Companions of the chapters: hand-written modules that sit beside one chapter's modules, import
+only that chapter's and earlier ones, and are used by that chapter and later ones.
+
+- `training_checks` (chapter 9): the range checks of a `TrainConfig`.
+- `hardware` (chapter 9, §5.2): the device a run uses, checked before any work, and a description of
+  the machine.
+- `corpus_cache` (chapter 13): the cache of encoded corpora, and BPE-dropout's new sample of the
+  training words every epoch (`training_batches`).
+- `translation_checks` (chapter 14): what training and translating say about their input.
+"""

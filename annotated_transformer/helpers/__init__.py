@@ -1,0 +1,15 @@
+"""Leaf helpers: plain Python that the chapters' modules use, and that imports nothing of the package.
+
+- `input_checks`: what a function is given (sentences, sentence pairs, counts), refused in one line
+  that names the argument.
+- `cell_classes`: `add_to_class`, a class written over several notebook cells (chapter 9's `Trainer`).
+- `model_wrappers`: `unwrap_model`, the plain model inside `torch.compile`'s and DDP's wrappers.
+- `torch_support`: what this machine and this torch can do (`torch.compile`, a precision), and the
+  allocator setting of a run on a CPU.
+- `processes`: which process of a distributed run this is (`is_main_process`: rank 0 writes).
+- `progress`: `Progress`, what training shows while it runs.
+- `prefetch`: `prefetched`, the next micro-batches built in a background thread.
+- `book_figures`: the result files the package ships, and `glue`, which hands a figure a chapter
+  computed to the book's prose.
+- `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
+"""
