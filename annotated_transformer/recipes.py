@@ -10,21 +10,23 @@ __all__ = ['RECIPES', 'Recipe', 'recipe_settings', 'get_recipe']
 # %% ../book/14_translation.ipynb #f9e40f8a
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from .model import TransformerConfig
 from .tokenization import Vocabularies, VocabKind
 from .training import TrainConfig
-from .runs.recipe_files import RecipeFile, recipe_settings_of
+from .companions.recipe_settings import check_recipe, recipe_from_dict, recipe_settings_of
+from .companions.recipe_settings import recipe_to_dict, refuse_unknown
 
 # %% ../book/14_translation.ipynb #4f86fbc9
 @dataclass(frozen=True, kw_only=True)
-class Recipe(RecipeFile):
+class Recipe:
     """A named translation configuration: the data and its vocabulary, the model (`model`), its
     training (`train`), the batches, a time limit and the decoding. Each of its settings is an
-    option of `train` (chapter 16). As a `RecipeFile` (machinery), it is checked when made, and it
-    turns into one flat dict of its settings and back (`to_dict`, `from_dict`), or into a copy with
-    some settings changed by name (`replace`)."""
+    option of `train` (chapter 16). It is checked when made, and it turns into one flat dict of its
+    settings and back (`to_dict`, `from_dict`), or into a copy with some settings changed by name
+    (`replace`)."""
 
     name: str
     corpus: str = "builtin"  # "builtin" (generated, offline) or "multi30k" (chapter 12)
@@ -40,6 +42,24 @@ class Recipe(RecipeFile):
     average_last: int = 5  # §6.1: the last 5 checkpoints averaged for base, 20 for big
     beam_size: int = 4  # §6.1: beam 4, length penalty α = 0.6
     alpha: float = 0.6
+
+    def __post_init__(self) -> None:
+        check_recipe(self)  # its own fields: the model and the training checked theirs when made
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting by its name, in one flat dict (`recipe.json`, and a copy in every checkpoint)."""
+        return recipe_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, settings: Mapping[str, Any]) -> "Recipe":
+        """The recipe of a flat dict of settings: `to_dict`'s, or one written by an older version."""
+        return recipe_from_dict(cls, settings)
+
+    def replace(self, **settings: Any) -> "Recipe":
+        """A copy with some settings changed, by their names, whichever part holds them:
+        `recipe.replace(d_model=128, max_steps=10)` changes the model's width and the training's steps."""
+        refuse_unknown(type(self), settings)
+        return recipe_from_dict(type(self), {**self.to_dict(), **settings})
 
     def model_config(self, vocabs: Vocabularies) -> TransformerConfig:
         """The model for `vocabs`: their sizes, and one embedding matrix when they are one (§3.4)."""

@@ -1,5 +1,6 @@
-"""annotated_transformer.runs.recipe_files: a recipe as one flat dict of settings and back, the
-names of older files, the recipe's own checks, and a run's fingerprints (chapter 14's `Recipe`)."""
+"""A recipe as one flat dict of settings and back, the names of older files and the recipe's own checks
+(annotated_transformer.companions.recipe_settings), and a run's fingerprints
+(annotated_transformer.runs.recipe_files): chapter 14's `Recipe`."""
 
 import dataclasses
 import json
@@ -8,18 +9,15 @@ import pytest
 from helpers import OLD_RECIPE_JSON, one_line
 
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.runs.recipe_files import (
-    BUILT_FROM,
+from annotated_transformer.companions.recipe_settings import (
     LEFT_TO_RUN,
-    RecipeFile,
-    check_path,
     check_recipe,
     recipe_from_dict,
     recipe_settings_of,
     recipe_to_dict,
     refuse_unknown,
-    run_fingerprint,
 )
+from annotated_transformer.runs.recipe_files import BUILT_FROM, check_path, run_fingerprint
 from annotated_transformer.model import TransformerConfig, config_sha256
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe, recipe_settings
 from annotated_transformer.tokenization import build_vocabularies
@@ -92,7 +90,6 @@ def test_a_recipe_refuses_what_its_run_sets(parts, message):
 
 def test_the_functions_are_the_recipes_methods():
     recipe = RECIPES["multi30k"]
-    assert isinstance(recipe, RecipeFile)
     assert recipe_settings_of(Recipe) == recipe_settings()
     assert recipe_to_dict(recipe) == recipe.to_dict()
     assert recipe_from_dict(Recipe, recipe.to_dict()) == recipe == Recipe.from_dict(recipe.to_dict())

@@ -1,4 +1,4 @@
-"""The file of a translation direction's vocabularies (annotated_transformer.companions.vocabulary_files):
+"""The file of a translation direction's vocabularies, which chapter 13's `Vocabularies` owns:
 what `Vocabularies.save` writes and `Vocabularies.load` reads back or refuses, and the fingerprint
 `sha256` that checkpoints and the cache of encoded corpora record.
 
@@ -11,19 +11,10 @@ import json
 import pytest
 
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.companions.vocabulary_files import (
-    FORMAT,
-    VERSION,
-    VocabularyFile,
-    bpe_from_json,
-    bpe_to_json,
-    load_vocabularies,
-    save_vocabularies,
-    vocabularies_sha256,
-    vocabularies_to_dict,
-)
 from annotated_transformer.tokenization import (
     BPE,
+    VOCABULARY_FORMAT,
+    VOCABULARY_VERSION,
     TextEncoder,
     Vocab,
     Vocabularies,
@@ -40,28 +31,31 @@ def tiny() -> Vocabularies:
     return build_vocabularies(PAIRS, "word", min_freq=1)
 
 
-def test_vocabularies_inherit_the_file_methods(tmp_path, tiny):
-    assert issubclass(Vocabularies, VocabularyFile)
-    path = save_vocabularies(tiny, tmp_path / "vocab.json")
-    assert path.read_text(encoding="utf-8") == tiny.save(tmp_path / "again.json").read_text(encoding="utf-8")
-    assert load_vocabularies(path).sha256() == Vocabularies.load(path).sha256() == vocabularies_sha256(tiny)
-    assert tiny.sha256() == vocabularies_sha256(tiny)
+def bpe_to_json(bpe: BPE) -> str:
+    """A BPE model as its Hugging Face tokenizer's JSON, as the vocabulary file keeps it."""
+    return bpe.hf_tokenizer.to_str()
+
+
+def test_the_file_is_the_vocabularies_dict(tmp_path, tiny):
+    path = tiny.save(tmp_path / "vocab.json")
+    assert json.loads(path.read_text(encoding="utf-8")) == tiny.to_dict()
+    assert Vocabularies.from_dict(tiny.to_dict()).sha256() == Vocabularies.load(path).sha256() == tiny.sha256()
 
 
 def test_the_file_names_its_format_version_kind_and_languages(word_vocabs, bpe_vocabs):
-    data = vocabularies_to_dict(word_vocabs)
-    assert (data["format"], data["version"], data["kind"]) == (FORMAT, VERSION, "word")
+    data = word_vocabs.to_dict()
+    assert (data["format"], data["version"], data["kind"]) == (VOCABULARY_FORMAT, VOCABULARY_VERSION, "word")
     assert (data["source_language"], data["target_language"]) == ("de", "en")
     assert data["source_tokens"] == word_vocabs.source.vocab.get_itos()
     assert data["target_tokens"] == word_vocabs.target.vocab.get_itos()
-    data = vocabularies_to_dict(bpe_vocabs)
+    data = bpe_vocabs.to_dict()
     assert data["kind"] == "bpe" and "source_tokens" not in data
     assert data["bpe"] == json.loads(bpe_to_json(bpe_vocabs.source.bpe))  # the Hugging Face model, whole
 
 
 def test_bpe_json_round_trip(bpe_vocabs):
     bpe = bpe_vocabs.source.bpe
-    restored = bpe_from_json(bpe_to_json(bpe))
+    restored = Vocabularies.from_dict(bpe_vocabs.to_dict()).source.bpe
     assert isinstance(restored, BPE) and restored.vocab == bpe.vocab and restored.merges == bpe.merges
     assert bpe_to_json(restored) == bpe_to_json(bpe)
 
