@@ -22,7 +22,7 @@ from .training import TrainConfig, Trainer
 from .decoding import average_checkpoints, beam_search, greedy_decode
 from .data import corpus
 from .recipes import RECIPES, Recipe, get_recipe
-from .translation import TrainingRun, train_translation
+from .runs.translation import TrainingRun, train_translation
 from .translator import Evaluation, Translator, evaluate_bleu
 from .runs.pretrained import load_pretrained
 

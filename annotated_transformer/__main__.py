@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from .cli import commands as cli
 from .layer_norm import layer_norm_variants
-from .variations import add_experiment_command, table3_variants
+from .cli.experiments import add_experiment_command
+from .variations import table3_variants
 
 EXPERIMENTS = {"table3": table3_variants, "layer-norm": layer_norm_variants}
 

@@ -10,10 +10,8 @@ __all__ = ['layer_norm_variants', 'layer_gradient_norms', 'smooth', 'stability',
 # %% ../book/19_layer_norm.ipynb #ef8df5cd
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from .recipes import Recipe
-from .runs.run_directory import read_history
 from .variations import Variant
 
 # %% ../book/19_layer_norm.ipynb #81435d78
@@ -86,16 +84,16 @@ def stability(history: Sequence[dict], window: int = 20) -> dict:
     }
 
 # %% ../book/19_layer_norm.ipynb #762eb32f
-def plot_layer_norm_runs(results: Sequence[dict], out_dir: str | Path, window: int = 20):
+def plot_layer_norm_runs(results: Sequence[dict], histories: Sequence[Sequence[dict]], window: int = 20):
     """Training loss (smoothed over `window` steps) and gradient norm against the step for every run,
-    one column per depth: post-LN in blue, pre-LN in orange, no warmup dashed."""
+    one column per depth: post-LN in blue, pre-LN in orange, no warmup dashed; `histories` holds each
+    run's history.json, in the order of `results`."""
     import matplotlib.pyplot as plt
 
     recipes = [Recipe.from_dict(result["recipe"]) for result in results]
     depths = sorted({recipe.model.n_layers for recipe in recipes})
     fig, axes = plt.subplots(2, len(depths), figsize=(5.5 * len(depths), 7), squeeze=False, sharex=True)
-    for result, recipe in zip(results, recipes, strict=True):
-        history = read_history(Path(out_dir) / result["run"])
+    for result, recipe, history in zip(results, recipes, histories, strict=True):
         column = depths.index(recipe.model.n_layers)
         ramp = recipe.train.warmup_ramp
         style = {

@@ -24,8 +24,8 @@ import torch
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention import padding_mask, target_mask
 from annotated_transformer.batching import BOS, EOS, PAD, Batch
-from annotated_transformer.data import corpus
 from annotated_transformer.companions.corpus_cache import cached_encode_pairs
+from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.recipes import get_recipe
 from annotated_transformer.tokenization import build_vocabularies, token_batches

@@ -45,10 +45,11 @@ from gpu_finale import command_line
 
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.checkpoints import checkpoint_paths
-from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.recipes import Recipe, get_recipe
+from annotated_transformer.runs.run_directory import RunDirectory
+from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import Vocabularies
-from annotated_transformer.translation import Validator, train_translation
+from annotated_transformer.translation import Validator
 from annotated_transformer.translator import Translator
 
 BASE = "multi30k-gpu"

@@ -12,9 +12,9 @@ import pytest
 from helpers import OLD_RECIPE_JSON, fails, one_line
 
 from annotated_transformer.__main__ import main
+from annotated_transformer.companions.corpus_cache import dropout_epochs, sample_ids, training_batches
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.errors import FieldError
-from annotated_transformer.companions.corpus_cache import dropout_epochs, sample_ids, training_batches
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import (
     BPE,

@@ -19,9 +19,9 @@ from helpers import new_run, small_config
 
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
-from annotated_transformer.data import corpus
 from annotated_transformer.cli.commands import what_was_trained
 from annotated_transformer.cli.recipe_options import option_name
+from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.recipes import get_recipe, recipe_settings
 from annotated_transformer.tokenization import build_vocabularies
@@ -623,7 +623,8 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(run, tmp_path, capsys, m
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(run, tmp_path, capsys, monkeypatch):
-    from annotated_transformer.cli import commands as cli, command_files
+    from annotated_transformer.cli import command_files
+    from annotated_transformer.cli import commands as cli
 
     def never(*args, **kwargs):
         raise AssertionError("translated before checking the output")
@@ -694,8 +695,8 @@ def test_every_setting_a_library_message_names_is_an_option():
     """A library message names settings as `Setting(name)`; the command line says each as its option.
     A name with no option (a new argument of the data loader, say) would be said as an option that
     does not exist, so every name the package's messages use must be one the parser knows."""
-    from annotated_transformer.errors import Setting
     from annotated_transformer.cli.commands import option_spelling
+    from annotated_transformer.errors import Setting
 
     package = Path(__file__).resolve().parents[1] / "annotated_transformer"
     names = {name for path in package.rglob("*.py")  # the machinery's messages too

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import annotated_transformer.companions.corpus_cache as corpus_cache
-from annotated_transformer.data import builtin_corpus
 from annotated_transformer.companions.corpus_cache import cached_encode_pairs, corpus_key, pack, unpack
+from annotated_transformer.data import builtin_corpus
 from annotated_transformer.tokenization import Vocabularies, build_vocabularies, encode_pairs
 
 

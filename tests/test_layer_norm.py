@@ -11,10 +11,10 @@ from helpers import small_config
 
 from annotated_transformer.batching import copy_task, make_batch
 from annotated_transformer.layer_norm import layer_gradient_norms, layer_norm_variants, smooth, stability
-from annotated_transformer.runs.run_directory import settle_recipe
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer, rate
 from annotated_transformer.recipes import RECIPES, Recipe
+from annotated_transformer.runs.run_directory import settle_recipe
 from annotated_transformer.training import TrainConfig, Trainer
 from annotated_transformer.variations import SCALES
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from annotated_transformer import Translator
-from annotated_transformer.runs import pretrained
 from annotated_transformer.cli.commands import main
+from annotated_transformer.runs import pretrained
 
 
 @pytest.fixture(scope="module")

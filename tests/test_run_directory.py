@@ -23,14 +23,14 @@ from annotated_transformer.checkpoints import (
     checkpoint_paths,
     read_checkpoint,
 )
-from annotated_transformer.data import builtin_corpus
 from annotated_transformer.cli.commands import main
-from annotated_transformer.runs.run_directory import RunDirectory, run_data_dir
+from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import Recipe, get_recipe
+from annotated_transformer.runs.run_directory import RunDirectory, run_data_dir
+from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
 from annotated_transformer.training import evaluate
-from annotated_transformer.translation import train_translation
 from annotated_transformer.translator import Translator
 
 TINY = {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "vocab_size": 300, "max_tokens": 600,

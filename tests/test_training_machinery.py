@@ -10,17 +10,17 @@ import pytest
 import torch
 from helpers import tiny_model
 
+from annotated_transformer.companions.training_checks import check_train_config
 from annotated_transformer.errors import FieldError
 from annotated_transformer.helpers.cell_classes import add_to_class
+from annotated_transformer.helpers.model_wrappers import unwrap_model
+from annotated_transformer.helpers.prefetch import prefetched
+from annotated_transformer.helpers.progress import Progress
 from annotated_transformer.helpers.torch_support import (
     check_compile_support,
     check_precision_support,
     reuse_freed_memory,
 )
-from annotated_transformer.helpers.prefetch import prefetched
-from annotated_transformer.helpers.progress import Progress
-from annotated_transformer.companions.training_checks import check_train_config
-from annotated_transformer.helpers.model_wrappers import unwrap_model
 from annotated_transformer.training import TrainConfig
 
 # --- add_to_class --------------------------------------------------------------------------------

@@ -15,16 +15,17 @@ from helpers import assert_identical, one_line
 
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
+from annotated_transformer.companions.hardware import check_device
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
-from annotated_transformer.companions.hardware import check_device
-from annotated_transformer.runs.run_directory import RESUMABLE_FIELDS, RunHistory
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe
+from annotated_transformer.runs.run_directory import RESUMABLE_FIELDS, RunHistory
+from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 from annotated_transformer.training import Trainer
-from annotated_transformer.translation import Validator, train_translation
+from annotated_transformer.translation import Validator
 from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
 
 TINY = {

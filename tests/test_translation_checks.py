@@ -6,8 +6,6 @@ import pytest
 import torch
 from helpers import one_line
 
-from annotated_transformer.data import builtin_corpus
-from annotated_transformer.helpers.attention_grid import plot_attention
 from annotated_transformer.companions.translation_checks import (
     UNREADABLE_SHARE,
     TrainingWarning,
@@ -19,6 +17,8 @@ from annotated_transformer.companions.translation_checks import (
     check_vocabulary_sizes,
     input_warning,
 )
+from annotated_transformer.data import builtin_corpus
+from annotated_transformer.helpers.attention_grid import plot_attention
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 
