@@ -25,7 +25,7 @@ from .tokenization import Vocabularies
 from .helpers.input_checks import check_count as _check_count, check_texts as _check_texts
 from .helpers.cell_classes import add_to_class as _add_to_class
 from .companions.hardware import check_device
-from .runs.recipe_files import read_run_model
+from .companions.trained_models import read_run_model
 from .companions.translation_checks import InputWarning, TranslationInfo, input_warning
 from .companions.translation_checks import check_scored_texts, check_scoring_input
 from .companions.translation_checks import check_source_lengths, check_vocabulary_sizes
@@ -53,7 +53,7 @@ class Translator:
     ) -> "Translator":
         """From a run directory (its `model.pt` and `vocab.json`), or from a checkpoint file and the
         `vocab.json` beside it or in the run directory above `checkpoints/`. Beam size and α come
-        from the run's recipe unless given (`read_run_model`, machinery)."""
+        from the run's recipe unless given (`read_run_model`, a companion of this chapter)."""
         device = check_device(device)  # before the checkpoint is read
         model, vocabs, settings = read_run_model(checkpoint, vocab)
         return cls(model, vocabs, device, **{**settings, **kwargs})

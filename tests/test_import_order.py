@@ -1,6 +1,19 @@
-"""The package's imports follow the book: a module imports only the modules of its own chapter or of
-earlier ones, so that a reader who has read up to a chapter has met everything its code uses.
-(`__init__`, chapter 1's map of the public API, gathers every module and is the exception.)"""
+"""The package's layers, and the order of the chapters within them.
+
+From the bottom up:
+
+1. `helpers/`: leaf helpers, which import nothing of the package.
+2. The paper: the chapters' modules (generated from book/, at the package's top level) and their
+   companions (`companions/`, hand-written modules that sit beside one chapter). A module imports only
+   the modules of its own chapter or of earlier ones, so that a reader who has read up to a chapter has
+   met everything its code uses.
+3. `runs/`: the run layer (run directories, a session of a long run, the runs of chapters 14 and 18,
+   the shipped translators), above the chapters whose code it runs.
+4. `cli/` and `__main__`: the command line, on top.
+
+No module imports from a layer above its own, and no imports go round in a circle. (`__init__`,
+chapter 1's map of the public API, gathers the layers and is the one exception.)
+"""
 
 import ast
 import json
@@ -9,14 +22,48 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "annotated_transformer"
-EXEMPT = {"__init__", "_modidx"}
-# The subpackage of machinery written by hand (no chapter exports it): any chapter may use it.
-HAND_WRITTEN = {"machinery"}
+PACKAGE_FACE = {"__init__", "_modidx"}  # the public API's re-exports, and nbdev's index
+LAYERS = ("helpers", "paper", "runs", "cli")
+# The chapter each companion sits beside (its docstring says so too).
+COMPANION_CHAPTERS = {
+    "companions.training_checks": 9,
+    "companions.hardware": 9,
+    "companions.corpus_cache": 13,
+    "companions.recipe_settings": 14,
+    "companions.translation_checks": 14,
+    "companions.trained_models": 14,
+    "companions.run_layout": 10,
+}
+
+
+def module_names() -> list[str]:
+    """Every module of the package, dotted from the package (`runs.translation`), subpackages'
+    `__init__` included (as `runs`), nbdev's index and the package's `__init__` left out."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and parts[-1] not in PACKAGE_FACE and "__pycache__" not in parts:
+            names.append(".".join(parts))
+    return names
+
+
+def module_path(name: str) -> Path:
+    path = PACKAGE.joinpath(*name.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def layer_of(name: str) -> str:
+    top = name.split(".")[0]
+    if top in ("helpers", "runs", "cli"):
+        return top
+    return "cli" if name == "__main__" else "paper"
 
 
 def chapter_of_modules() -> dict[str, int]:
     """Each module the notebooks export, with the number of the chapter that exports it
-    (`#| default_exp NAME` for the chapter's module, `#| export NAME` for a cell's own)."""
+    (`#| default_exp NAME` for the chapter's main module, `#| export NAME` for a cell's own)."""
     chapters: dict[str, int] = {}
     for notebook in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
         number = int(notebook.name[:2])
@@ -25,57 +72,132 @@ def chapter_of_modules() -> dict[str, int]:
                 found = re.match(r"#\|\s*(?:default_exp|export)\s+([A-Za-z_][\w.]*)\s*$", line)
                 if found:
                     chapters.setdefault(found.group(1), number)
-    return chapters
+    return {**chapters, **COMPANION_CHAPTERS}
 
 
-def imported_modules(path: Path) -> set[str]:
-    """The package's modules that `path` imports, at the top or inside a function."""
+def imported_modules(path: Path, name: str, known: set[str]) -> set[str]:
+    """The package's modules that module `name` (at `path`) imports, at the top or inside a
+    function: relative imports resolved from the module's own package, `from X import Y` counted as
+    module X.Y where that is a module, else as X."""
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
     found = set()
+
+    def add(dotted: str, names: list[str]) -> None:
+        for alias in names:
+            child = f"{dotted}.{alias}" if dotted else alias
+            if child in known:
+                found.add(child)
+            elif dotted in known:
+                found.add(dotted)
+
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                found.add(node.module.split(".")[0])
-            elif node.level == 1:
-                found.update(alias.name for alias in node.names)
-            elif node.module and node.module.startswith("annotated_transformer."):
-                found.add(node.module.split(".")[1])
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                dotted = ".".join([*base, *([node.module] if node.module else [])])
+            elif node.module and (node.module + ".").startswith("annotated_transformer."):
+                dotted = node.module.removeprefix("annotated_transformer").removeprefix(".")
+            else:
+                continue
+            add(dotted, [alias.name for alias in node.names])
         elif isinstance(node, ast.Import):
-            names = (alias.name for alias in node.names)
-            found.update(name.split(".")[1] for name in names if name.startswith("annotated_transformer."))
-    return found
+            for alias in node.names:
+                if alias.name.startswith("annotated_transformer."):
+                    dotted = alias.name.removeprefix("annotated_transformer.")
+                    found.add(dotted if dotted in known else dotted.split(".")[0])
+    return found - {name}
 
 
-def test_every_module_belongs_to_a_chapter():
+def import_graph() -> dict[str, set[str]]:
+    names = module_names()
+    known = set(names)
+    return {name: imported_modules(module_path(name), name, known) for name in names}
+
+
+def test_every_module_has_a_layer_and_every_paper_module_a_chapter():
     chapters = chapter_of_modules()
-    modules = {path.stem for path in PACKAGE.glob("*.py")} - EXEMPT
-    assert modules <= set(chapters), f"modules no chapter exports: {sorted(modules - set(chapters))}"
+    paper = [name for name in module_names() if layer_of(name) == "paper" and name != "companions"]
+    assert not [name for name in paper if name not in chapters], "paper modules of no chapter"
+    companions = {name for name in paper if name.startswith("companions.")}
+    assert companions == set(COMPANION_CHAPTERS), "companions/ and COMPANION_CHAPTERS differ"
+    for name, number in COMPANION_CHAPTERS.items():
+        assert f"chapter {number}" in ast.get_docstring(ast.parse(module_path(name).read_text())), name
 
 
-def test_modules_import_only_their_own_and_earlier_chapters():
-    chapters = chapter_of_modules()
-    later = []
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.stem in EXEMPT:
-            continue
-        for name in sorted(imported_modules(path) - EXEMPT - HAND_WRITTEN):
-            if chapters[name] > chapters[path.stem]:
-                importer = f"{path.stem} (chapter {chapters[path.stem]})"
-                later.append(f"{importer} imports {name} (chapter {chapters[name]})")
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = [f"{name} ({layer_of(name)}) imports {other} ({layer_of(other)})"
+              for name, imports in import_graph().items() for other in sorted(imports)
+              if LAYERS.index(layer_of(other)) > LAYERS.index(layer_of(name))]
+    assert not upward, "imports from a higher layer: " + "; ".join(upward)
+
+
+def test_helpers_import_nothing_of_the_package():
+    graph = import_graph()
+    leaning = {name: sorted(graph[name]) for name in graph if layer_of(name) == "helpers" and graph[name]}
+    assert not leaning, f"helpers that import the package: {leaning}"
+
+
+def test_paper_modules_import_only_their_own_and_earlier_chapters():
+    chapters, graph = chapter_of_modules(), import_graph()
+    later = [f"{name} (chapter {chapters[name]}) imports {other} (chapter {chapters[other]})"
+             for name, imports in graph.items() if layer_of(name) == "paper" and name in chapters
+             for other in sorted(imports) if layer_of(other) == "paper" and chapters[other] > chapters[name]]
     assert not later, "imports of later chapters: " + "; ".join(later)
 
 
-def test_the_import_finder_sees_relative_absolute_and_nested_imports(tmp_path):
+def find_circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports in `graph` (its modules in order, the first repeated at the end), or None."""
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        state[name] = "open"
+        for other in sorted(graph.get(name, ())):
+            if state.get(other) == "open":
+                return [*path[path.index(other):], other]
+            if other not in state and (circle := visit(other, [*path, other])):
+                return circle
+        state[name] = "done"
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (circle := visit(name, [name])):
+            return circle
+    return None
+
+
+def test_no_imports_go_round_in_a_circle():
+    circle = find_circle(import_graph())
+    assert circle is None, "a circle of imports: " + " -> ".join(circle)
+
+
+def test_the_circle_finder_finds_a_circle_and_none_where_there_is_none():
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_circle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_import_finder_resolves_relative_absolute_and_nested_imports(tmp_path):
     source = tmp_path / "m.py"
     source.write_text(
-        "from .model import Transformer\nfrom . import data\nimport annotated_transformer.batching\n"
+        "from ..model import Transformer\nfrom . import run_directory\nfrom .long_run import LongRun\n"
+        "import annotated_transformer.batching\nfrom annotated_transformer.helpers import progress\n"
         "def f():\n    from annotated_transformer.training import Trainer\n"
     )
-    assert imported_modules(source) == {"model", "data", "batching", "training"}
+    known = {"model", "batching", "training", "runs", "runs.run_directory", "runs.long_run", "runs.m",
+             "helpers", "helpers.progress"}
+    assert imported_modules(source, "runs.m", known) == {
+        "model", "runs.run_directory", "runs.long_run", "batching", "helpers.progress", "training"}
+
+
+def test_every_layer_is_seen():
+    """The finder sees modules in every layer, so that an empty graph cannot pass the tests above."""
+    graph = import_graph()
+    assert {layer_of(name) for name in graph} == set(LAYERS)
+    assert "runs.run_directory" in graph["runs.translation"] and "training" in graph["runs.long_run"]
 
 
 def test_no_library_module_guards_its_imports():
     """A chapter that exports several modules puts each module's imports of the others before their
     definitions (chapters 9, 10, 14, 16), so that no library module needs a notebook's guard."""
-    guarded = [path.name for path in sorted(PACKAGE.glob("*.py"))
+    guarded = [path.name for path in sorted(PACKAGE.rglob("*.py"))
                if re.search(r"^if __name__ *!= *[\"']__main__[\"']", path.read_text(encoding="utf-8"), re.M)]
     assert not guarded, f"modules that guard imports with `if __name__ != '__main__'`: {guarded}"

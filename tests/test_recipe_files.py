@@ -16,10 +16,11 @@ from annotated_transformer.companions.recipe_settings import (
     recipe_to_dict,
     refuse_unknown,
 )
+from annotated_transformer.companions.trained_models import check_path
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import TransformerConfig, config_sha256
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe, recipe_settings
-from annotated_transformer.runs.recipe_files import BUILT_FROM, check_path, run_fingerprint
+from annotated_transformer.runs.recipe_files import BUILT_FROM, run_fingerprint
 from annotated_transformer.tokenization import build_vocabularies
 from annotated_transformer.training import TrainConfig
 

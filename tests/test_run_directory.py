@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -294,3 +295,23 @@ def test_evaluate_documents_each_value_it_returns(finished):
     for key in result:
         assert f"`{key}`" in evaluate.__doc__, key
     assert "is exactly greedy decoding's" not in evaluate.__doc__
+
+
+def test_a_training_session_opens_its_run_directory_once(tmp_path, monkeypatch):
+    """`train_translation` makes one object of its run directory (the session's `Run`, from
+    `open_run`) and hands it to the vocabularies, the long run and the finish: none of them builds
+    another from the path. Counted on a new run, and on a run resumed and trained further."""
+    made = []
+    original = RunDirectory.__init__
+
+    def counted(self, path):
+        made.append(Path(path))
+        original(self, path)
+
+    monkeypatch.setattr(RunDirectory, "__init__", counted)
+    run_dir = tmp_path / "run"
+    train_translation(recipe(max_steps=2), run_dir, progress=False)
+    assert made == [run_dir]
+    made.clear()
+    run = train_translation(recipe(max_steps=4), run_dir, progress=False)
+    assert made == [run_dir] and run.resumed_step == 2 and run.steps == 4

@@ -56,6 +56,7 @@ from annotated_transformer.distributed import init_distributed, shutdown_distrib
 from annotated_transformer.errors import Setting, SettingsMessage
 from annotated_transformer.files import atomic_write_text
 from annotated_transformer.companions.hardware import check_device
+from annotated_transformer.helpers.processes import is_main_process
 from annotated_transformer.runs.pretrained import PREFIX, available, pretrained_dir
 from annotated_transformer.cli.recipe_options import add_recipe_options, describe_configuration
 from annotated_transformer.cli.recipe_options import option_name, recipe_from_args
@@ -220,7 +221,6 @@ def _run_train(args: argparse.Namespace) -> int:
     context = init_distributed(device=args.device)  # a single process unless torchrun started us
     configure_process(context.device)  # a program that trains makes the process-wide settings (chapter 9)
     try:
-        start_step = RunDirectory(run_dir).newest_step()
         try:
             with _training_warnings(args):
                 run = train_translation(recipe, run_dir, corpus_options=corpus_options(args),
@@ -229,8 +229,8 @@ def _run_train(args: argparse.Namespace) -> int:
             raise ValueError(f"{_spelled(error)}; {after_divergence(run_dir)}") from None
         except torch.OutOfMemoryError:
             raise ValueError(out_of_memory(recipe, run_dir)) from None
-        if context.is_main:
-            print(training_report(run, start_step))
+        if is_main_process():
+            print(training_report(run, run.resumed_step))
             if high_loss(run) is not None:
                 _warn(args, high_loss(run))
     finally:

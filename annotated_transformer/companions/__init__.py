@@ -4,7 +4,10 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `training_checks` (chapter 9): the range checks of a `TrainConfig`.
 - `hardware` (chapter 9, §5.2): the device a run uses, checked before any work, and a description of
   the machine.
+- `run_layout` (chapter 10): where each file of a run directory lives (`RunDirectory`).
 - `corpus_cache` (chapter 13): the cache of encoded corpora, and BPE-dropout's new sample of the
   training words every epoch (`training_batches`).
+- `recipe_settings` (chapter 14): a recipe as one flat dict of its settings and back, and its checks.
 - `translation_checks` (chapter 14): what training and translating say about their input.
+- `trained_models` (chapter 14): a trained model read back with its vocabulary (`Translator.load`).
 """

@@ -1,4 +1,4 @@
-"""A cache of encoded corpora: chapter 13's `encode_pairs`, computed once per text and vocabulary.
+"""Companion of chapter 13. A cache of encoded corpora: chapter 13's `encode_pairs`, computed once per text and vocabulary.
 
 Tokenizing a training split takes seconds to minutes, and its ids never change while the text and
 the vocabulary stay the same. `cached_encode_pairs` keeps them in a file of a cache folder (a run

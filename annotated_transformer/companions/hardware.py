@@ -1,4 +1,4 @@
-"""Where a run trains (§5.2: 8 P100 GPUs; here whatever there is): the device, checked before any
+"""Companion of chapter 9. Where a run trains (§5.2: 8 P100 GPUs; here whatever there is): the device, checked before any
 work, and a description of the machine, kept with the run so that its timings can be read in
 context (`describe_hardware`, in a run directory's hardware.json)."""
 

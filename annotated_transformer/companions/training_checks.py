@@ -1,4 +1,4 @@
-"""The checks of a training configuration's values (chapter 9's `TrainConfig`).
+"""The checks of a training configuration's values (companion of chapter 9: `TrainConfig`).
 
 `check_train_config(config)` refuses, with a message that names the field, what it must be and
 the value given, a configuration no training could run: a step count below 1, a negative interval,

@@ -1,4 +1,4 @@
-"""What chapter 14's training and translating say about their input before it goes wrong quietly.
+"""Companion of chapter 14. What chapter 14's training and translating say about their input before it goes wrong quietly.
 
 - `batch_warning`: batches of `max_tokens` too small to hold more than one sentence pair, so that
   every step would learn from a single sentence (a `TrainingWarning`, naming the setting).

@@ -15,6 +15,7 @@ import torch.distributed
 
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoints import CheckpointDirectory, CheckpointError
+from annotated_transformer.helpers.processes import is_main_process
 from annotated_transformer.runs.run_directory import (
     RunDirectory,
     RunHistory,
@@ -66,7 +67,7 @@ class ClockFit:
     def restore(self, resumed_extra: dict) -> None:
         """Follow the decision of the run's checkpoint, if it made one under the same time limit."""
         saved = resumed_extra.get(self.KEY)
-        if isinstance(saved, dict):
+        if isinstance(saved, dict) and saved.get("max_minutes") == self.max_minutes:
             self.apply(min(int(saved["last_step"]), self.trainer.config.max_steps))
 
 
@@ -92,14 +93,14 @@ class LongRun:
     `train` then trains until `trainer.config.max_steps` or `max_minutes` of training (every
     session counted), whichever comes first. Every checkpoint (`save`: the newest `keep` are kept)
     holds `extra`, which should hold the run's recipe (`extra["recipe"]`, which restores a damaged
-    recipe.json), and the minutes so far. Rank 0 (`trainer.is_main`) alone writes the files."""
+    recipe.json), and the minutes so far. Rank 0 (`is_main_process`) alone writes the files."""
 
-    def __init__(self, run_dir: str | Path, trainer: Trainer, extra: dict, keep: int = 0,
+    def __init__(self, run: RunDirectory | str | Path, trainer: Trainer, extra: dict, keep: int = 0,
                  max_minutes: float | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.files, self.trainer, self.extra = RunDirectory(run_dir), trainer, extra
+        self.files, self.trainer, self.extra = RunDirectory.of(run), trainer, extra  # an open Run, or a path
         self.max_minutes = max_minutes
         self.checkpoints = CheckpointDirectory(self.files.checkpoints, keep)
-        self.hardware = record_hardware(self.files.path, trainer.device, trainer.world_size)
+        self.hardware = record_hardware(self.files, trainer.device, trainer.world_size)
         resumed = resume_run(trainer, self.checkpoints)
         self.clock_fit = ClockFit(trainer, max_minutes, extra)
         self.clock_fit.restore(resumed)
@@ -130,7 +131,7 @@ class LongRun:
         steps and at the end, into validation.json, and its time is not counted as training time."""
         trainer, history, world_size = self.trainer, self.history, self.trainer.world_size
         checkpoint_every = trainer.config.checkpoint_every
-        scores = _ScoreLog(self, score) if score is not None and trainer.is_main else None
+        scores = _ScoreLog(self, score) if score is not None and is_main_process() else None
 
         def fit_to_clock(last_step: int | None, minutes: float) -> None:
             if last_step is not None:

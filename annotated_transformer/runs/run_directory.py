@@ -5,6 +5,7 @@ Chapter 10 shows it at work on a run of the copy task; chapters 14 and 16 keep t
 
 __all__ = [
     "RESUMABLE_FIELDS",
+    "Run",
     "RunDirectory",
     "RunHistory",
     "RunInUse",
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed
 
-from annotated_transformer.checkpoints import checkpoint_paths, checkpoint_step
+from annotated_transformer.companions.run_layout import RunDirectory
 from annotated_transformer.helpers.processes import is_main_process, rank_and_world_size
 from annotated_transformer.files import DiskFullError, atomic_write_text, disk_full, remove_stale_temporaries
 from annotated_transformer.companions.hardware import describe_hardware
@@ -48,62 +49,24 @@ except ImportError:  # Windows: runs are not locked
     fcntl = None
 
 
-class RunDirectory:
-    """Where each file of a run directory lives. `path` is the directory; the others are in it."""
+class Run(RunDirectory):
+    """A run directory held for one session of training (`open_run` makes it, once): where its files
+    are (`RunDirectory`), the recipe it trains (`settings`: every setting by name), and whether this
+    process writes the run's files (`writes`: rank 0 of a distributed run, or a lone process). The
+    session's parts (its vocabularies, its `LongRun`, the finish) are handed this object, not a path."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = path = Path(path)
-        self.recipe = path / "recipe.json"  # the recipe: every setting of the run, by name
-        self.info = path / "run.json"  # where the training data came from, when a folder was given
-        self.vocab = path / "vocab.json"  # a translation run's vocabularies (chapter 13)
-        self.cache = path / "cache"  # a translation run's training corpus, encoded once (chapter 13)
-        self.checkpoints = path / "checkpoints"  # the step checkpoints (`CheckpointDirectory`)
-        self.history = path / "history.json"  # one record per optimizer step (`RunHistory`)
-        self.validation = path / "validation.json"  # held-out scores while training (`LongRun.train`)
-        self.hardware = path / "hardware.json"  # the machine of the first session
-        self.model = path / "model.pt"  # the average of the last checkpoints (§6.1, chapter 14)
-        self.lock = path / "run.lock"  # held by the process that trains the run (`run_lock`)
+    def __init__(self, path: str | Path, settings: dict) -> None:
+        super().__init__(path)
+        self.settings = settings
+        self.writes = is_main_process()
 
-    def checkpoint_paths(self) -> list[Path]:
-        """The step checkpoints, oldest first (`checkpoint_paths`); [] before the first."""
-        return checkpoint_paths(self.checkpoints) if self.checkpoints.is_dir() else []
+    def recorded(self, key: str) -> tuple[Any, Path | None]:
+        """The newest value of `extra[key]` in the run's checkpoints and model.pt, and its file."""
+        return recorded(self, key)
 
-    @staticmethod
-    def step_of(checkpoint: Path) -> int:
-        """The step of a checkpoint that `checkpoint_path` named (`step_00000100.pt`: 100)."""
-        return checkpoint_step(checkpoint)
-
-    def newest_step(self) -> int:
-        """The step of the newest checkpoint, 0 when there is none."""
-        paths = self.checkpoint_paths()
-        return self.step_of(paths[-1]) if paths else 0
-
-    def work(self) -> list[Path]:
-        """The files that hold the run's training: its step checkpoints, oldest first, then model.pt."""
-        return self.checkpoint_paths() + [path for path in (self.model,) if path.is_file()]
-
-    @classmethod
-    def model_of(cls, checkpoint: str | Path) -> Path:
-        """The model a path names: a run directory's model.pt, or the checkpoint file itself."""
-        checkpoint = Path(checkpoint)
-        return cls(checkpoint).model if checkpoint.is_dir() else checkpoint
-
-    @classmethod
-    def find(cls, checkpoint: str | Path, name: str) -> Path | None:
-        """The file `name` ("vocab", "recipe", "info", ...) of the run a run directory or a checkpoint
-        belongs to: in the run directory, beside the checkpoint, or in the run directory above its
-        checkpoints/. None when there is none."""
-        checkpoint = Path(checkpoint)
-        places = [checkpoint] if checkpoint.is_dir() else [checkpoint.parent, checkpoint.parent.parent]
-        return next((path for path in (getattr(cls(place), name) for place in places) if path.is_file()),
-                    None)
-
-    @classmethod
-    def vocab_of(cls, checkpoint: str | Path) -> Path:
-        """The vocab.json of a run directory or checkpoint (`find`), else where it would be beside it."""
-        checkpoint = Path(checkpoint)
-        beside = cls(checkpoint if checkpoint.is_dir() else checkpoint.parent)
-        return cls.find(checkpoint, "vocab") or beside.vocab
+    def history_records(self) -> list[dict]:
+        """The step records of the run's history.json (`read_history`)."""
+        return read_history(self)
 
 
 def read_json(path: Path) -> Any:
@@ -139,9 +102,9 @@ def peek_extra(path: Path) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def recorded(run_dir: Path, key: str) -> tuple[Any, Path | None]:
+def recorded(run: RunDirectory | Path, key: str) -> tuple[Any, Path | None]:
     """The newest value of `extra[key]` in a run's checkpoints and model.pt, and the file it is in."""
-    for path in reversed(RunDirectory(run_dir).work()):
+    for path in reversed(RunDirectory.of(run).work()):
         value = peek_extra(path).get(key)
         if value is not None:
             return value, path
@@ -179,12 +142,12 @@ def _check_recipe(run_dir: Path, recipe: dict, saved: dict, upgrade: _Upgrade | 
         )
 
 
-def _saved_recipe(run_dir: Path, has_work: bool) -> dict | None:
+def _saved_recipe(files: RunDirectory, has_work: bool) -> dict | None:
     """The run's recipe.json; when it is damaged or missing, the copy in its newest checkpoint
     (restored to recipe.json), or None when the run has no training to protect yet."""
-    path = RunDirectory(run_dir).recipe
+    path = files.recipe
     if not path.exists():
-        copy, source = recorded(run_dir, "recipe") if has_work else (None, None)
+        copy, source = recorded(files, "recipe") if has_work else (None, None)
         if isinstance(copy, dict):
             note(f"{path} is missing: the run's recipe is taken from {source}")
         return copy if isinstance(copy, dict) else None
@@ -197,9 +160,9 @@ def _saved_recipe(run_dir: Path, has_work: bool) -> dict | None:
         if not has_work:
             note(f"{error}; it is replaced, since the run holds no checkpoint yet")
             return None
-        copy, source = recorded(run_dir, "recipe")
+        copy, source = recorded(files, "recipe")
         if not isinstance(copy, dict):
-            raise ValueError(f"{error}, and no checkpoint of {run_dir} holds a copy of the recipe: restore "
+            raise ValueError(f"{error}, and no checkpoint of {files.path} holds a copy of the recipe: restore "
                              f"recipe.json from a backup, or train in a new run directory") from None
         if is_main_process():
             kept = set_aside(path)
@@ -209,7 +172,7 @@ def _saved_recipe(run_dir: Path, has_work: bool) -> dict | None:
 
 
 def settle_recipe(
-    run_dir: Path, recipe: dict, upgrade: _Upgrade | None = None,
+    run: RunDirectory | Path, recipe: dict, upgrade: _Upgrade | None = None,
     built_from: Mapping[str, Collection[str]] | None = None,
 ) -> None:
     """Make `recipe` (every setting, by name) the recipe of `run_dir` (its recipe.json), or refuse
@@ -223,10 +186,11 @@ def settle_recipe(
     `upgrade(saved)`: a recipe saved by an earlier version, as today's recipes spell it (a field
     added since with the value such runs used, a renamed one under its new name).
     """
-    files = RunDirectory(run_dir)
+    files = RunDirectory.of(run)
+    run_dir = files.path
     has_work = bool(files.work())
     write = is_main_process()  # the other ranks of a distributed run only check
-    saved = _saved_recipe(run_dir, has_work)
+    saved = _saved_recipe(files, has_work)
     changed = _changed_fields(saved, recipe, upgrade) if saved is not None else {}
     if changed and not has_work:
         note(f"{run_dir} holds no checkpoint yet, so it takes the new settings of "
@@ -259,24 +223,23 @@ def _make_run_dir(run_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-
-
-def run_lock(run_dir: Path) -> Iterator[None]:
+def run_lock(run: RunDirectory | Path) -> Iterator[None]:
     """Make `run_dir`, and hold its lock (`run.lock`) while the block runs, on rank 0: a
     process that tries to train there meanwhile is refused at once (RunInUse), with the id of the
     process that holds it. The operating system drops the lock when its process ends, however it
     ends. Without fcntl (Windows), runs are not locked."""
-    _make_run_dir(run_dir)
+    files = RunDirectory.of(run)
+    _make_run_dir(files.path)
     if not is_main_process() or fcntl is None:
         yield
         return
-    path = RunDirectory(run_dir).lock
+    path = files.lock
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunInUse(_in_use(run_dir, os.pread(fd, 256, 0).decode(errors="replace"))) from None
+            raise RunInUse(_in_use(files, os.pread(fd, 256, 0).decode(errors="replace"))) from None
         except OSError as error:  # a file system without locks (some network ones): train unlocked
             note(f"cannot lock {path} ({error.strerror}): make sure that no other process trains there")
         else:  # the process id, for a refused second training to name
@@ -290,21 +253,19 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         os.close(fd)  # and with it, the lock
 
 
-def _in_use(run_dir: Path, holder: str) -> str:
+def _in_use(files: RunDirectory, holder: str) -> str:
     """Why a run directory whose lock is taken is refused; `holder` is what its run.lock holds."""
     pid, _, host = holder.strip().partition(" ")
     who = f"process {pid}" if pid.isdigit() else "another process"
     if host and host != socket.gethostname():
         who += f" on {host}"
-    return (f"{run_dir} is in use: {who} is training in it (it holds {RunDirectory(run_dir).lock}), and two "
+    return (f"{files.path} is in use: {who} is training in it (it holds {files.lock}), and two "
             f"trainings would overwrite each other's checkpoints; wait for it to end or stop it, or train "
             f"in a new run directory")
 
 
 @contextlib.contextmanager
-
-
-def _disk_full_advice(run_dir: Path) -> Iterator[None]:
+def _disk_full_advice(files: RunDirectory) -> Iterator[None]:
     """A full disk met while the block writes the run's files, as a DiskFullError that names the file
     and the checkpoint the run can resume from once there is space again."""
     try:
@@ -313,43 +274,41 @@ def _disk_full_advice(run_dir: Path) -> Iterator[None]:
         full = disk_full(error)
         if full is None:
             raise
-        checkpoints = RunDirectory(run_dir).checkpoint_paths()
+        checkpoints = files.checkpoint_paths()
         resume = (f"the run can resume from its checkpoint {checkpoints[-1].name}" if checkpoints
                   else "the run holds no checkpoint yet")
-        raise DiskFullError(full.filename or run_dir, full.errno, f"{resume}: free some space on its disk "
+        raise DiskFullError(full.filename or files.path, full.errno, f"{resume}: free some space on its disk "
                             f"and run the same training again, or train in a new run directory on another "
                             f"disk") from error
 
 
 @contextlib.contextmanager
-
-
 def open_run(
     run_dir: str | Path, recipe: dict, upgrade: _Upgrade | None = None,
     built_from: Mapping[str, Collection[str]] | None = None,
-) -> Iterator[RunDirectory]:
-    """Hold `run_dir` for one session of training, and yield its `RunDirectory`: a full disk met in
-    the block is said with the checkpoint to resume from (`_disk_full_advice`); rank 0
-    (`is_main_process`) holds the run's lock (`run_lock`), removes what a killed process left
-    half-written, and settles the recipe (`settle_recipe`, with `upgrade` and `built_from`), while
-    every other rank of a distributed run waits for it."""
-    run_dir = Path(run_dir)
-    with _disk_full_advice(run_dir), run_lock(run_dir):
-        files = RunDirectory(run_dir)
-        for directory in (files.path, files.checkpoints, files.cache):
+) -> Iterator[Run]:
+    """Hold `run_dir` for one session of training, and yield it as a `Run`, the one object of the
+    session: a full disk met in the block is said with the checkpoint to resume from
+    (`_disk_full_advice`); rank 0 (`Run.writes`) holds the run's lock (`run_lock`), removes what a
+    killed process left half-written, and settles the recipe (`settle_recipe`, with `upgrade` and
+    `built_from`), while every other rank of a distributed run waits for it."""
+    run = Run(run_dir, recipe)
+    with _disk_full_advice(run), run_lock(run):
+        for directory in (run.path, run.checkpoints, run.cache):
             # no other process writes there: rank 0 holds the lock
-            if is_main_process() and directory.is_dir():
+            if run.writes and directory.is_dir():
                 remove_stale_temporaries(directory)
-        settle_recipe(run_dir, recipe, upgrade, built_from)
+        settle_recipe(run, recipe, upgrade, built_from)
         if rank_and_world_size()[1] > 1:
             torch.distributed.barrier()
-        yield files
+        yield run
 
 
-def read_history(run: str | Path) -> list[dict]:
+def read_history(run: RunDirectory | str | Path) -> list[dict]:
     """The step records of a run's history.json (`run`: the run directory, or the file): the one
     reader of that file. ValueError, naming the file, when it is missing or damaged."""
-    path = RunDirectory(run).history if Path(run).is_dir() else Path(run)
+    is_run = isinstance(run, RunDirectory) or Path(run).is_dir()
+    path = RunDirectory.of(run).history if is_run else Path(run)
     if not path.exists():
         raise ValueError(f"{path} does not exist: the run has not trained yet")
     records = read_json(path)
@@ -420,10 +379,10 @@ class RunHistory:
             atomic_write_text(self.path, json.dumps(self.records))
 
 
-def _read_run_info(run_dir: Path) -> dict:
+def _read_run_info(run: RunDirectory | Path) -> dict:
     """The run's run.json (`{"data_dir": ...}`): {} when it is missing or damaged."""
     try:
-        info = read_json(RunDirectory(run_dir).info)
+        info = read_json(RunDirectory.of(run).info)
     except ValueError:
         return {}
     return info if isinstance(info, dict) else {}
@@ -436,16 +395,16 @@ def run_data_dir(run_dir: str | Path) -> Path | None:
     return Path(value) if isinstance(value, str) else None
 
 
-def record_data_dir(run_dir: Path, corpus_options: dict) -> None:
+def record_data_dir(run: RunDirectory | Path, corpus_options: dict) -> None:
     """Keep the folder the training data came from, if `corpus_options` names one, in run.json."""
     if corpus_options.get("root") is not None:
-        info = {**_read_run_info(run_dir), "data_dir": str(Path(corpus_options["root"]).resolve())}
-        atomic_write_text(RunDirectory(run_dir).info, json.dumps(info, indent=1))
+        info = {**_read_run_info(run), "data_dir": str(Path(corpus_options["root"]).resolve())}
+        atomic_write_text(RunDirectory.of(run).info, json.dumps(info, indent=1))
 
 
-def record_hardware(run_dir: Path, device: torch.device, world_size: int) -> dict:
+def record_hardware(run: RunDirectory | Path, device: torch.device, world_size: int) -> dict:
     """hardware.json: the machine of the run's first session (written again if it is damaged)."""
-    path = RunDirectory(run_dir).hardware
+    path = RunDirectory.of(run).hardware
     if path.exists():
         try:
             return read_json(path)

@@ -25,10 +25,10 @@ from ..companions.corpus_cache import cached_encode_pairs, training_batches
 from ..training import Trainer
 from ..checkpoints import checkpoint_step, save_checkpoint
 from ..companions.hardware import check_device
-from .run_directory import RunDirectory, open_run
+from .run_directory import Run, RunDirectory, open_run
 from .run_directory import record_data_dir
 from .long_run import LongRun
-from ..helpers.processes import is_main_process, rank_and_world_size
+from ..helpers.processes import rank_and_world_size
 from ..recipes import Recipe
 from ..translation import Validator
 from .recipe_files import BUILT_FROM, check_rebuilt_vocabulary, run_fingerprint
@@ -36,9 +36,11 @@ from .recipe_files import check_run_vocabulary
 from ..companions.translation_checks import batch_warning
 
 # %% ../../book/14_translation.ipynb #e8692d96
-def load_vocabularies(run_dir: Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]) -> Vocabularies:
-    """The run's vocabularies: read from `vocab.json`, or built from the training pairs and saved."""
-    path = RunDirectory(run_dir).vocab
+def load_vocabularies(
+    run: RunDirectory | Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]
+) -> Vocabularies:
+    """The run's vocabularies: read from its `vocab.json`, or built from the training pairs and saved."""
+    path = RunDirectory.of(run).vocab
     damaged = None
     if path.exists():
         try:
@@ -47,7 +49,7 @@ def load_vocabularies(run_dir: Path, recipe: Recipe, train_pairs: Sequence[tuple
             damaged = error
     vocabs = build_vocabularies(train_pairs, recipe.vocab, recipe.vocab_size, recipe.min_freq)
     if damaged is not None:  # built again from the same data, the same vocabulary (chapter 13)
-        check_rebuilt_vocabulary(run_dir, vocabs, damaged)
+        check_rebuilt_vocabulary(run, vocabs, damaged)
     vocabs.save(path)
     return vocabs
 
@@ -66,6 +68,7 @@ class TrainingRun:
     steps: int = 0  # optimizer steps trained so far (at most recipe.train.max_steps)
     out_of_time: bool = False  # True when recipe.max_minutes ended training before max_steps
     fitted_last_step: int | None = None  # where the time limit moved the end of the schedule
+    resumed_step: int = 0  # the step this session resumed from (0: it started the run)
 
     @property
     def model_path(self) -> Path:
@@ -89,48 +92,46 @@ def train_translation(
     run_dir, corpus_options = Path(run_dir), corpus_options or {}
     rank, world_size = rank_and_world_size()  # under torchrun, each process trains its share
     upgrade = lambda saved: Recipe.from_dict(saved).to_dict()  # a recipe.json of an older version
-    with open_run(run_dir, recipe.to_dict(), upgrade, BUILT_FROM) as files:
+    with open_run(run_dir, recipe.to_dict(), upgrade, BUILT_FROM) as run:  # the session's one `Run`
         train_pairs = corpus(recipe.corpus, "train", **corpus_options)  # chapter 12
-        if rank == 0:  # the one process that writes the run's files
-            record_data_dir(run_dir, corpus_options)
-        vocabs = load_vocabularies(run_dir, recipe, train_pairs)  # chapter 13
-        encoded = cached_encode_pairs(train_pairs, vocabs, files.cache)
+        if run.writes:  # rank 0, the one process that writes the run's files
+            record_data_dir(run, corpus_options)
+        vocabs = load_vocabularies(run, recipe, train_pairs)  # chapter 13
+        encoded = cached_encode_pairs(train_pairs, vocabs, run.cache)
         epoch_batches = training_batches(train_pairs, encoded, vocabs, recipe.bpe_dropout, recipe.max_tokens,
                                          seed=recipe.train.seed, rank=rank, world_size=world_size,
                                          pin_memory=device.type == "cuda")  # bpe_dropout: a sample an epoch
         torch.manual_seed(recipe.train.seed)
         model = make_model(recipe.model_config(vocabs))  # chapter 5
         trainer = Trainer(model, recipe.train_config(progress), device=device)  # chapter 9
-        check_run_vocabulary(run_dir, vocabs)
+        check_run_vocabulary(run, vocabs)
         extra = {**run_fingerprint(recipe, vocabs, model.config),  # in every checkpoint of the run
                  "longest_source": max(map(len, encoded.source), default=0)}
         # chapter 10: resumed from the newest checkpoint
-        run = LongRun(run_dir, trainer, extra, keep=recipe.average_last, max_minutes=recipe.max_minutes)
+        session = LongRun(run, trainer, extra, keep=recipe.average_last, max_minutes=recipe.max_minutes)
+        resumed_step = trainer.step
         warning = batch_warning(encoded.lengths(), recipe.max_tokens)
-        if rank == 0 and warning is not None and trainer.step < recipe.train.max_steps:
+        if run.writes and warning is not None and trainer.step < recipe.train.max_steps:
             warnings.warn(warning, stacklevel=2)
         score = functools.partial(validator, trainer.model, vocabs) if validator is not None else None
-        stopped = run.train(epoch_batches, score, every=validator.every if validator is not None else 0)
-        model = _finish_run(run_dir, recipe, trainer.model, extra=run.extra)
-    return TrainingRun(run_dir, recipe, vocabs, model, run.history.records, run.history.minutes_trained(),
-                       run.hardware, steps=trainer.step, out_of_time=stopped,
-                       fitted_last_step=run.fitted_last_step)
+        stopped = session.train(epoch_batches, score, every=validator.every if validator is not None else 0)
+        model = _finish_run(run, recipe, trainer.model, extra=session.extra)
+    return TrainingRun(run.path, recipe, vocabs, model, session.history.records,
+                       session.history.minutes_trained(), session.hardware, steps=trainer.step,
+                       out_of_time=stopped, fitted_last_step=session.fitted_last_step, resumed_step=resumed_step)
 
 # %% ../../book/14_translation.ipynb #226f8ab8
-def _finish_run(
-    run_dir: Path, recipe: Recipe, model: Transformer, extra: dict | None = None
-) -> Transformer:
+def _finish_run(run: Run, recipe: Recipe, model: Transformer, extra: dict | None = None) -> Transformer:
     """Average the last checkpoints into `model.pt` (§6.1), with the run's fingerprints (by default
     those of its recipe, vocab.json and `model`) and `extra`; every rank but 0 of a
     distributed run only averages."""
-    files = RunDirectory(run_dir)
-    paths = files.checkpoint_paths()[-recipe.average_last :]
+    paths = run.checkpoint_paths()[-recipe.average_last :]
     if paths:
         model.load_state_dict(average_checkpoints(paths))
-    if not is_main_process():
+    if not run.writes:
         return model
-    fingerprint = run_fingerprint(recipe, Vocabularies.load(files.vocab), model.config)
+    fingerprint = run_fingerprint(recipe, Vocabularies.load(run.vocab), model.config)
     extra = {**fingerprint, **(extra or {}), "averaged": [p.name for p in paths]}
     extra.pop("minutes", None)  # the minutes of one checkpoint, not of the average
-    save_checkpoint(files.model, model, step=checkpoint_step(paths[-1]) if paths else 0, extra=extra)
+    save_checkpoint(run.model, model, step=checkpoint_step(paths[-1]) if paths else 0, extra=extra)
     return model
