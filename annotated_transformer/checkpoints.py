@@ -41,10 +41,16 @@ def state_dict_sha256(state: dict[str, Tensor]) -> str:
     checkpoints, which covered the parameters only)."""
     digest = hashlib.sha256()
     for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        _feed_tensor(digest, name, state[name])
     return digest.hexdigest()
+
+
+def _feed_tensor(digest: Any, tag: str, tensor: Tensor) -> None:
+    """Add a tensor to a digest: `tag`, its dtype and shape, then its bytes (the one way both digests
+    read a tensor)."""
+    tensor = tensor.detach().cpu().contiguous()
+    digest.update(f"{tag}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+    digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
 def _content_sha256(obj: Any) -> str:
@@ -55,9 +61,7 @@ def _content_sha256(obj: Any) -> str:
 
     def feed(value: Any) -> None:
         if isinstance(value, Tensor):
-            tensor = value.detach().cpu().contiguous()
-            digest.update(f"T|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+            _feed_tensor(digest, "T", value)
         elif isinstance(value, dict):
             digest.update(f"D{len(value)}|".encode())
             for key in sorted(value, key=repr):
@@ -248,9 +252,10 @@ def load_checkpoint(
     return checkpoint
 
 
-def model_from_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Transformer:
-    """Build the model a checkpoint was written for, with its parameters."""
-    checkpoint = read_checkpoint(path, map_location)
+def model_from_checkpoint(path: str | Path | dict, map_location: str | torch.device = "cpu") -> Transformer:
+    """Build the model a checkpoint was written for, with its parameters: from its file, or from the
+    checkpoint `read_checkpoint` returned."""
+    checkpoint = path if isinstance(path, dict) else read_checkpoint(path, map_location)
     model = Transformer(TransformerConfig(**checkpoint["config"]))
     model.load_state_dict(checkpoint["state"]["model"])
     return model

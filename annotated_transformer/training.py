@@ -29,7 +29,7 @@ from .errors import Setting, SettingsMessage
 from .helpers.torch_support import check_compile_support
 from .helpers.cell_classes import add_to_class
 from .helpers.prefetch import prefetched
-from .helpers.processes import rank_and_world_size
+from .helpers.processes import is_main_process, rank_and_world_size
 from .helpers.progress import Progress
 from .companions.training_checks import check_train_config
 from .helpers.model_wrappers import unwrap_model
@@ -161,7 +161,7 @@ class Trainer:
     def __init__(self, model: Transformer, config: TrainConfig = TrainConfig(), device=None, pad: int = PAD):
         self.config = config
         self.rank, self.world_size = rank_and_world_size()
-        self.is_main = self.rank == 0  # the rank that shows progress and writes the run's files
+        self.is_main = is_main_process()  # rank 0 (helpers.processes): it shows progress and writes files
         self.device = torch.device(device) if device is not None else default_device()
         if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from annotated_transformer.runs.run_directory import RunDirectory
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -55,7 +57,7 @@ def commit_run(commit: str, steps: int, data_dir: Path, work: Path) -> dict:
                         "--max-minutes", "inf", "--quiet", "--device", "cpu"], cwd=tree, env=env, check=True)
         sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", commit], check=True, capture_output=True,
                              text=True).stdout.strip()
-        return {"commit": sha, "fingerprint": fingerprint(run_dir / "model.pt")}
+        return {"commit": sha, "fingerprint": fingerprint(RunDirectory(run_dir).model)}
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                        capture_output=True)

@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 
 from annotated_transformer.files import atomic_write_text
+from annotated_transformer.runs.run_directory import RunDirectory, read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs" / "search"
@@ -247,13 +248,13 @@ def validation_pairs(data_dir: str | None) -> list:
 
 
 def score(name: str, data_dir: str | None) -> dict:
-    from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
+    from annotated_transformer.checkpoints import read_checkpoint
     from annotated_transformer.translator import evaluate_bleu
 
     run_dir = RUNS / name
     val = validation_pairs(data_dir)
-    paths = checkpoint_paths(run_dir / "checkpoints")
-    history = json.loads((run_dir / "history.json").read_text())
+    paths = RunDirectory(run_dir).checkpoint_paths()
+    history = read_history(run_dir)
     result = {
         "options": CANDIDATES[name],
         "steps": read_checkpoint(paths[-1])["state"]["step"],
@@ -274,7 +275,7 @@ def averaged_translator(run_dir: Path, paths: list[Path], k: int):
     from annotated_transformer.decoding import average_checkpoints
     from annotated_transformer.translator import Translator
 
-    translator = Translator.load(paths[-1], run_dir / "vocab.json")
+    translator = Translator.load(paths[-1], RunDirectory(run_dir).vocab)
     if k > 1:
         with torch.no_grad():
             translator.model.load_state_dict(average_checkpoints(paths[-k:]))
@@ -290,7 +291,7 @@ def score_at_step(step: int, data_dir: str | None) -> dict[str, float]:
     for name in CANDIDATES:
         path = RUNS / name / "checkpoints" / f"step_{step:08d}.pt"
         if path.exists():
-            translator = Translator.load(path, RUNS / name / "vocab.json")
+            translator = Translator.load(path, RunDirectory(RUNS / name).vocab)
             scores[name] = round(evaluate_bleu(translator, val, beam_size=1).bleu, 2)
             print(f"{name} at step {step}: val BLEU {scores[name]} (greedy)", flush=True)
     return scores
@@ -300,7 +301,7 @@ def thirty_minute_run(name: str, data_dir: str | None) -> dict:
     """Train the `multi30k` recipe with candidate `name`'s options for its 30 minutes (both cores, no
     other run beside it; a finished run is only scored), then score it on the validation set."""
     run_dir, options = RUNS / f"30min-{name}", THIRTY_MINUTE_CANDIDATES[name]
-    if not (run_dir / "model.pt").exists():
+    if not RunDirectory(run_dir).model.exists():
         print(f"training {name} for 30 minutes", flush=True)
         RUNS.mkdir(parents=True, exist_ok=True)
         if start_training(run_dir, [*THIRTY_MINUTE_BASE, *options], data_dir, threads=None).wait():
@@ -315,7 +316,7 @@ def cooldown_stage(names: list[str], data_dir: str | None) -> dict:
     running = {
         name: start_training(RUNS / name, [*COOLDOWN_BASE, *COOLDOWN_CANDIDATES[name]], data_dir)
         for name in names
-        if not (RUNS / name / "model.pt").exists()
+        if not RunDirectory(RUNS / name).model.exists()
     }
     print(f"training {', '.join(running) or 'nothing'}", flush=True)
     for name, process in running.items():
@@ -327,13 +328,13 @@ def cooldown_stage(names: list[str], data_dir: str | None) -> dict:
 def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) -> dict:
     """Validation BLEU of a finished run: greedy and beam 4 (with the α of the run's recipe) from its
     last checkpoint, beam 4 from the average of its last 3."""
-    from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
+    from annotated_transformer.checkpoints import read_checkpoint
     from annotated_transformer.translator import evaluate_bleu
 
     val = validation_pairs(data_dir)
-    paths = checkpoint_paths(run_dir / "checkpoints")
-    history = json.loads((run_dir / "history.json").read_text())
-    hardware = json.loads((run_dir / "hardware.json").read_text())
+    files = RunDirectory(run_dir)
+    paths, history = files.checkpoint_paths(), read_history(files)
+    hardware = json.loads(files.hardware.read_text())
     last, averaged = averaged_translator(run_dir, paths, 1), averaged_translator(run_dir, paths, 3)
     result = {
         "options": options,
@@ -354,11 +355,10 @@ def tune_decoding(run_dir: Path, data_dir: str | None) -> tuple[dict, dict]:
     """Validation BLEU of a finished run for each number of checkpoints averaged and each length
     penalty α (beam 4): how the recipe's `average_last` and `alpha` are chosen. Also counts, for each
     setting, the run-on translations (`is_run_on`), which a high α lets through."""
-    from annotated_transformer.checkpoints import checkpoint_paths
     from annotated_transformer.translator import evaluate_bleu
 
     val = validation_pairs(data_dir)
-    paths = checkpoint_paths(run_dir / "checkpoints")
+    paths = RunDirectory(run_dir).checkpoint_paths()
     scores, run_ons = {}, {}
     for k in (k for k in (1, 3, 5, 10) if k <= len(paths)):  # a run keeps its last `average_last`
         translator = averaged_translator(run_dir, paths, k)
@@ -464,7 +464,7 @@ def main() -> int:
     if not args.score_only:
         train_missing(args.runs, args.steps, args.parallel, args.data_dir)
     for name in args.runs:
-        if not (RUNS / name / "history.json").exists():
+        if not RunDirectory(RUNS / name).history.exists():
             print(f"{name}: no finished run to score", file=sys.stderr)
             continue
         update_results("finished runs", {name: score(name, args.data_dir)}, merge=True)

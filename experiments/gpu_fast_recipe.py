@@ -44,7 +44,6 @@ import torch
 from gpu_finale import command_line
 
 from annotated_transformer.acceleration import configure_process
-from annotated_transformer.checkpoints import checkpoint_paths
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.runs.translation import train_translation
@@ -116,7 +115,7 @@ def run_name(name: str, seed: int) -> str:
 
 def decoded(run_dir: Path, recipe: Recipe, decoding: dict, sentence_pairs, args) -> float:
     """BLEU (beam 4) of the run's last `decoding["averaged"]` checkpoints (as many as it kept)."""
-    kept = len(checkpoint_paths(RunDirectory(run_dir).checkpoints))
+    kept = len(RunDirectory(run_dir).checkpoint_paths())
     model = gpu_finale.model_of(run_dir, min(decoding["averaged"], kept))
     translator = Translator(model, Vocabularies.load(RunDirectory(run_dir).vocab), args.device,
                             beam_size=recipe.beam_size, alpha=decoding["alpha"])

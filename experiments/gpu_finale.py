@@ -76,7 +76,7 @@ from gpu_training import command_line
 
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention_plots import attention_maps
-from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
+from annotated_transformer.checkpoints import read_checkpoint
 from annotated_transformer.companions.corpus_cache import cached_encode_pairs
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
@@ -85,7 +85,7 @@ from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.experiments import run_variants
-from annotated_transformer.runs.run_directory import RunDirectory
+from annotated_transformer.runs.run_directory import RunDirectory, read_history
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import Vocabularies
 from annotated_transformer.translation import Validator
@@ -243,7 +243,7 @@ def candidate_results(args: argparse.Namespace, status: dict) -> dict[str, dict]
 
 def model_of(run_dir: Path, averaged: int) -> Transformer:
     """The run's model, its last `averaged` checkpoints averaged (1: the last checkpoint)."""
-    paths = checkpoint_paths(RunDirectory(run_dir).checkpoints)[-averaged:]
+    paths = RunDirectory(run_dir).checkpoint_paths()[-averaged:]
     if len(paths) < averaged:
         raise ValueError(f"{run_dir} keeps {len(paths)} checkpoints, fewer than {averaged}")
     last = read_checkpoint(paths[-1])
@@ -256,7 +256,7 @@ def tune_decoding(run_dir: Path, recipe: Recipe, val_pairs, args) -> list[dict]:
     """Validation BLEU (beam 4) for each number of checkpoints averaged and each α."""
     vocabs, rows = Vocabularies.load(RunDirectory(run_dir).vocab), []
     # a run the clock stopped early may keep fewer
-    kept = len(checkpoint_paths(RunDirectory(run_dir).checkpoints))
+    kept = len(RunDirectory(run_dir).checkpoint_paths())
     for averaged in (k for k in AVERAGED if k <= min(recipe.average_last, kept)):
         model = model_of(run_dir, averaged)
         for alpha in ALPHAS:
@@ -346,7 +346,7 @@ def search(args: argparse.Namespace, report_name: str = "search.json") -> dict:
     choice = max(report["decoding"], key=lambda row: row["val_beam"])  # of equals, the first: fewer, lower α
     report["choice"] = choice
     write_json(report_path, report)
-    history = json.loads(RunDirectory(run_dir).history.read_text())
+    history = read_history(run_dir)
     write_json(args.out / "history.json", thinned(history, HISTORY_POINTS), indent=None)
     write_json(args.out / "validation.json", best["validation"])
     test_rows, translations = score_on_test(run_dir, recipe, choice, test_pairs, args)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from annotated_transformer.files import atomic_write_text
+from annotated_transformer.runs.run_directory import RunDirectory, read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # one CPU thread per run: many runs share the machine
@@ -168,9 +169,8 @@ def main() -> int:
 def run_result(name: str, run_dir: Path, steps: int, status: int | None) -> dict:
     """What a candidate's run reached: its steps, its minutes on the GPU, its validation scores."""
     result = {"options": CANDIDATES[name], "steps": steps, "exit_status": status}
-    history = run_dir / "history.json"
-    if history.exists():
-        records = json.loads(history.read_text())
+    if RunDirectory(run_dir).history.exists():
+        records = read_history(run_dir)
         result["steps_done"], result["gpu_minutes"] = records[-1]["step"], round(records[-1]["minutes"], 2)
     for beam, key in ((4, "val_beam4_average_3"), (1, "val_greedy_average_3")):
         scores = run_dir / f"val_beam{beam}.json"

@@ -34,6 +34,7 @@ from pathlib import Path
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.files import atomic_write_text
+from annotated_transformer.runs.run_directory import RunDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "annotated_transformer" / "results"
@@ -194,7 +195,7 @@ def summarize(args: argparse.Namespace, step_costs: dict) -> dict:
     for name, (settings, options, source) in LEVERS.items():
         rows = []
         for run_dir in sorted(args.runs_dir.glob(f"{name}-seed*")):
-            if not run_dir.is_dir() or not (run_dir / "model.pt").exists():
+            if not run_dir.is_dir() or not RunDirectory(run_dir).model.exists():
                 continue
             seed = int(run_dir.name.rsplit("seed", 1)[1])
             val = score(run_dir, "val", args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from annotated_transformer.checkpoints import checkpoint_paths, checkpoint_step
+from annotated_transformer.checkpoints import CheckpointDirectory, checkpoint_step
 
 __all__ = ["RunDirectory"]
 
@@ -34,8 +34,8 @@ class RunDirectory:
         return run if isinstance(run, RunDirectory) else cls(run)
 
     def checkpoint_paths(self) -> list[Path]:
-        """The step checkpoints, oldest first (`checkpoint_paths`); [] before the first."""
-        return checkpoint_paths(self.checkpoints) if self.checkpoints.is_dir() else []
+        """The step checkpoints, oldest first (`CheckpointDirectory.paths`); [] before the first."""
+        return CheckpointDirectory(self.checkpoints).paths()
 
     @staticmethod
     def step_of(checkpoint: Path) -> int:

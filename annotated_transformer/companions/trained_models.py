@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from annotated_transformer.checkpoints import read_checkpoint
+from annotated_transformer.checkpoints import model_from_checkpoint, read_checkpoint
 from annotated_transformer.companions.run_layout import RunDirectory
 from annotated_transformer.helpers.input_checks import shown as _shown
-from annotated_transformer.model import Transformer, TransformerConfig
+from annotated_transformer.model import Transformer
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
 
 __all__ = ["check_fingerprint", "check_path", "read_run_model"]
@@ -60,6 +60,4 @@ def read_run_model(
     recipe = data["extra"].get("recipe") or {}
     settings = {name: recipe[name] for name in ("beam_size", "alpha") if name in recipe}
     settings["max_source_tokens"] = data["extra"].get("longest_source")
-    model = Transformer(TransformerConfig(**data["config"]))
-    model.load_state_dict(data["state"]["model"])
-    return model, vocabs, settings
+    return model_from_checkpoint(data), vocabs, settings
