@@ -22,7 +22,8 @@ from .training import TrainConfig, Trainer
 from .decoding import average_checkpoints, beam_search, greedy_decode
 from .data import corpus
 from .recipes import RECIPES, Recipe, get_recipe
-from .runs.translation import TrainingRun, train_translation
+from .runs.translation import train_translation
+from .runs.translation_files import TrainingRun
 from .translator import Evaluation, Translator, evaluate_bleu
 from .runs.pretrained import load_pretrained
 

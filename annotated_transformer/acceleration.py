@@ -32,7 +32,9 @@ def resolve_precision(device: torch.device, precision: Precision) -> Precision:
     """The precision to train in: "auto" is bf16 on a GPU that has it, fp16 (with a gradient scaler)
     on an older GPU, and fp32 on a CPU; an explicit choice the device cannot run is refused."""
     if precision == "auto":
-        return ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if device.type == "cuda" else "fp32"
+        # including_emulation=False: a GPU older than Ampere (a T4) only emulates bfloat16, slowly
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+        return "bf16" if bf16 else "fp16" if device.type == "cuda" else "fp32"
     check_precision_support(device, precision)  # bf16 on a GPU without it, fp16 off CUDA: refused
     return precision
 

@@ -20,12 +20,12 @@ from .helpers.model_wrappers import unwrap_model
 from .files import atomic_save
 from .model import Transformer, TransformerConfig
 from .training import Trainer, TrainingDiverged
+from .companions.checkpoint_upgrades import OLD_DIGESTED, OLD_VERSIONS
+from .companions.checkpoint_upgrades import old_digest_intact, upgraded
 
 # %% ../book/10_long_runs.ipynb #5ff37c42
 _CHECKPOINT_FORMAT = "annotated-transformer-checkpoint"
-# 3: a state_dict() as it is; 2: a trainer's state spread over fixed entries, all of it in the
-# digest; 1: the same entries, the parameters alone in the digest. Every version is read.
-_CHECKPOINT_VERSION = 3
+_CHECKPOINT_VERSION = 3  # a state_dict() as it is; earlier releases' files: companions.checkpoint_upgrades
 
 
 class CheckpointError(ValueError):
@@ -37,8 +37,8 @@ class CheckpointMismatch(CheckpointError):
 
 
 def state_dict_sha256(state: dict[str, Tensor]) -> str:
-    """A SHA-256 digest of a state dict's names, dtypes, shapes and bytes (the digest of version 1
-    checkpoints, which covered the parameters only)."""
+    """A SHA-256 digest of a state dict's names, dtypes, shapes and bytes (the digest of the first
+    release's checkpoints, which covered the parameters only)."""
     digest = hashlib.sha256()
     for name in sorted(state):
         _feed_tensor(digest, name, state[name])
@@ -99,16 +99,15 @@ def save_checkpoint(
     return atomic_save(checkpoint, path)
 
 # %% ../book/10_long_runs.ipynb #3ba874cc
-# What each version's digest covers, besides version 1's (the parameters alone).
-_DIGESTED = {2: ("config", "model", "optimizer", "scheduler", "step", "rng", "extra"),
-             3: ("config", "state", "extra")}
+# What a checkpoint's digest covers: all it holds but its header (and in earlier releases' files).
+_DIGESTED = {**OLD_DIGESTED, _CHECKPOINT_VERSION: ("config", "state", "extra")}
 # How the files of torch.save begin: a zip archive, or (before PyTorch 1.6) a pickle. A file cut
 # short still begins so; one that does not was never a checkpoint (a text file, say).
 _TORCH_FILE_STARTS = (b"PK\x03\x04", b"\x80")
 
 
 def checkpoint_sha256(checkpoint: dict) -> str:
-    """The digest a checkpoint of version 2 or 3 stores: of everything it holds but its header."""
+    """The digest a checkpoint stores: of everything it holds but its header."""
     return _content_sha256({name: checkpoint.get(name) for name in _DIGESTED[checkpoint["version"]]})
 
 
@@ -139,8 +138,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"write checkpoints with save_checkpoint()"
         )
     _check_digest(path, checkpoint)
-    if checkpoint["version"] < _CHECKPOINT_VERSION:
-        checkpoint = _upgraded(checkpoint)
+    if checkpoint["version"] < _CHECKPOINT_VERSION:  # an earlier release's file, in today's layout
+        checkpoint = upgraded(checkpoint)
     bad = _non_finite(checkpoint["state"]["model"])
     if bad:
         raise CheckpointError(
@@ -160,34 +159,20 @@ def _non_finite(state: dict[str, Tensor]) -> list[str]:
 
 def _check_digest(path: Path, checkpoint: dict) -> None:
     version = checkpoint.get("version")
-    if version == 1:  # written by an early release: its digest covers the parameters only
-        intact = checkpoint.get("model_sha256") == state_dict_sha256(checkpoint.get("model", {}))
-    elif version in _DIGESTED:
+    if version == _CHECKPOINT_VERSION:
         intact = checkpoint.get("sha256") == checkpoint_sha256(checkpoint)
+    elif version in OLD_VERSIONS:  # an earlier release's file (companions.checkpoint_upgrades)
+        intact = old_digest_intact(checkpoint, checkpoint_sha256, state_dict_sha256)
     else:
         raise CheckpointError(
-            f"{path} has checkpoint format version {version}, this package reads versions 1 to "
-            f"{_CHECKPOINT_VERSION}: update the package"
+            f"{path} has checkpoint format version {version}, this package reads versions "
+            f"{OLD_VERSIONS[0]} to {_CHECKPOINT_VERSION}: update the package"
         )
     if not intact:
         raise CheckpointError(
             f"{path} is corrupt: what it holds does not match the SHA-256 digest stored when it was "
             f"written; delete it and use an earlier checkpoint"
         )
-
-
-def _upgraded(checkpoint: dict) -> dict:
-    """A checkpoint of version 1 or 2 in version 3's layout. They kept a trainer's state in fixed
-    entries, and its position in the data, TrainConfig and gradient scaler in `extra`."""
-    extra = dict(checkpoint["extra"])
-    state = {"model": checkpoint["model"], "step": checkpoint["step"]}
-    if checkpoint["optimizer"] is not None:  # a trainer's: its state_dict(), put together again
-        state |= {"optimizer": checkpoint["optimizer"], "scheduler": checkpoint["scheduler"],
-                  "scaler": extra.pop("scaler", None), "epoch": extra.pop("epoch", 0),
-                  "position": extra.pop("position", 0), "rng": checkpoint["rng"],
-                  "config": extra.pop("train_config", {})}
-    return {"format": _CHECKPOINT_FORMAT, "version": checkpoint["version"], "config": checkpoint["config"],
-            "state": state, "extra": extra}
 
 # %% ../book/10_long_runs.ipynb #1ffa7d57
 def state_differences(

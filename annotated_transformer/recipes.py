@@ -16,8 +16,9 @@ from typing import Any
 from .model import TransformerConfig
 from .tokenization import Vocabularies, VocabKind
 from .training import TrainConfig
-from .companions.recipe_settings import check_recipe, recipe_from_dict, recipe_settings_of
-from .companions.recipe_settings import recipe_to_dict, refuse_unknown
+from .companions.recipe_settings import check_recipe, recipe_from_dict
+from .companions.recipe_settings import recipe_settings_of, recipe_to_dict
+from .companions.recipe_settings import refuse_unknown
 
 # %% ../book/14_translation.ipynb #4f86fbc9
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from .model import Transformer
 from .tokenization import Vocabularies, encode_pairs, token_batches
-from .helpers.input_checks import check_count as _check_count, check_pairs as _check_pairs
+from .helpers.input_checks import check_count as _check_count
+from .helpers.input_checks import check_pairs as _check_pairs
 from .training import evaluate
 from .translator import InputWarning, Translator, bleu
 

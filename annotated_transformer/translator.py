@@ -22,7 +22,8 @@ from .batching import BOS, EOS, PAD, UNK, make_batch
 from .decoding import beam_search, check_beam_settings, greedy_decode
 from .model import Transformer
 from .tokenization import Vocabularies
-from .helpers.input_checks import check_count as _check_count, check_texts as _check_texts
+from .helpers.input_checks import check_count as _check_count
+from .helpers.input_checks import check_texts as _check_texts
 from .helpers.cell_classes import add_to_class as _add_to_class
 from .companions.hardware import check_device
 from .companions.trained_models import read_run_model

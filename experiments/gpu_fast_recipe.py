@@ -44,10 +44,10 @@ import torch
 from gpu_finale import command_line
 
 from annotated_transformer.acceleration import configure_process
+from annotated_transformer.companions.vocabulary_files import read_vocabularies
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.runs.translation import train_translation
-from annotated_transformer.tokenization import Vocabularies
 from annotated_transformer.translation import Validator
 from annotated_transformer.translator import Translator
 
@@ -117,7 +117,7 @@ def decoded(run_dir: Path, recipe: Recipe, decoding: dict, sentence_pairs, args)
     """BLEU (beam 4) of the run's last `decoding["averaged"]` checkpoints (as many as it kept)."""
     kept = len(RunDirectory(run_dir).checkpoint_paths())
     model = gpu_finale.model_of(run_dir, min(decoding["averaged"], kept))
-    translator = Translator(model, Vocabularies.load(RunDirectory(run_dir).vocab), args.device,
+    translator = Translator(model, read_vocabularies(RunDirectory(run_dir).vocab), args.device,
                             beam_size=recipe.beam_size, alpha=decoding["alpha"])
     return gpu_finale.quiet_bleu(translator, sentence_pairs, recipe.beam_size).bleu
 

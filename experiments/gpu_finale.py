@@ -78,6 +78,7 @@ from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import read_checkpoint
 from annotated_transformer.companions.corpus_cache import cached_encode_pairs
+from annotated_transformer.companions.vocabulary_files import read_vocabularies
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
 from annotated_transformer.files import atomic_save, atomic_write, atomic_write_text
@@ -87,7 +88,6 @@ from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.experiments import run_variants
 from annotated_transformer.runs.run_directory import RunDirectory, read_history
 from annotated_transformer.runs.translation import train_translation
-from annotated_transformer.tokenization import Vocabularies
 from annotated_transformer.translation import Validator
 from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
 from annotated_transformer.variations import SCALES, Variant, table3_variants
@@ -254,7 +254,7 @@ def model_of(run_dir: Path, averaged: int) -> Transformer:
 
 def tune_decoding(run_dir: Path, recipe: Recipe, val_pairs, args) -> list[dict]:
     """Validation BLEU (beam 4) for each number of checkpoints averaged and each α."""
-    vocabs, rows = Vocabularies.load(RunDirectory(run_dir).vocab), []
+    vocabs, rows = read_vocabularies(RunDirectory(run_dir).vocab), []
     # a run the clock stopped early may keep fewer
     kept = len(RunDirectory(run_dir).checkpoint_paths())
     for averaged in (k for k in AVERAGED if k <= min(recipe.average_last, kept)):
@@ -270,7 +270,7 @@ def tune_decoding(run_dir: Path, recipe: Recipe, val_pairs, args) -> list[dict]:
 def score_on_test(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, args) -> tuple[list[dict], list]:
     """The BLEU table on test: the chosen average and the last checkpoint, beam search and greedy;
     and the chosen setting's translations."""
-    vocabs, rows, chosen = Vocabularies.load(RunDirectory(run_dir).vocab), [], None
+    vocabs, rows, chosen = read_vocabularies(RunDirectory(run_dir).vocab), [], None
     for averaged in dict.fromkeys((choice["averaged"], 1)):
         translator = Translator(model_of(run_dir, averaged), vocabs, args.device, alpha=choice["alpha"])
         for beam in (recipe.beam_size, 1):
@@ -292,7 +292,7 @@ def score_on_test(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, args)
 def keep_attention(run_dir: Path, recipe: Recipe, choice: dict, test_pairs, path: Path, args) -> None:
     """Every head's attention weights (float16) while the chosen model reads a few test sentences
     (the first of 8 to 12 words) and writes its own translation of each (teacher forcing on it)."""
-    vocabs = Vocabularies.load(RunDirectory(run_dir).vocab)
+    vocabs = read_vocabularies(RunDirectory(run_dir).vocab)
     translator = Translator(model_of(run_dir, choice["averaged"]), vocabs, args.device, alpha=choice["alpha"])
     kept = []
     for source_text, _ in (pair for pair in test_pairs if 8 <= len(pair[0].split()) <= 12):

@@ -22,7 +22,6 @@ annotated_transformer/results/multi30k_levers.json.
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ from pathlib import Path
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers import verdicts
 from annotated_transformer.runs.run_directory import RunDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,31 +151,31 @@ def baseline_val(args: argparse.Namespace) -> dict[int, float]:
 
 
 def judge(differences: list[float], recipe_std: float) -> dict:
-    """The appendix's rule (`judging-differences`): paired over seeds, or one run against 2·√2·s."""
-    mean = statistics.mean(differences)
+    """The appendix's rule (`judging-differences`, `annotated_transformer.helpers.verdicts.judge`) on
+    a lever's differences from the recipe: paired over seeds, or one run against 2·√2·s."""
+    zeros = [0.0] * len(differences)  # the differences are already ours minus the recipe's
     if len(differences) == 1:
-        margin = 2 * math.sqrt(2) * recipe_std
-        verdict = "better" if mean > margin else "worse" if mean < -margin else "tie"
-        return {"mean_difference": round(mean, 2), "margin": round(margin, 2), "verdict": verdict,
+        verdict = verdicts.judge(differences, zeros, noise=recipe_std)
+        return {"mean_difference": round(verdict.margin, 2), "margin": round(verdict.threshold, 2),
+                "verdict": verdict.word,
                 "rule": "one seed: better or worse only beyond 2·√2·s of the recipe's seeds"}
-    two_se = 2 * statistics.stdev(differences) / math.sqrt(len(differences))
-    one_sign = all(d > 0 for d in differences) or all(d < 0 for d in differences)
-    verdict = ("better" if mean > two_se else "worse") if one_sign and abs(mean) > two_se else "tie"
-    return {"mean_difference": round(mean, 2), "two_se": round(two_se, 2), "verdict": verdict,
-            "rule": "paired over seeds: beyond twice the standard error, one sign on every seed"}
+    verdict = verdicts.judge(differences, zeros, paired=True)
+    return {"mean_difference": round(verdict.margin, 2), "two_se": round(verdict.threshold, 2),
+            "verdict": verdict.word, "rule": verdicts.PAIRED}
 
 
 def passes_over_the_data(args: argparse.Namespace, runs: dict[str, int]) -> dict:
     """How many times each lever's steps pass over the training data: BPE-dropout's pieces are more
     than plain BPE's, so batches of the same tokens hold fewer sentences (its first epoch's sample)."""
     from annotated_transformer.companions.corpus_cache import training_batches
-    from annotated_transformer.tokenization import Vocabularies, encode_pairs
+    from annotated_transformer.companions.vocabulary_files import read_vocabularies
+    from annotated_transformer.tokenization import encode_pairs
 
     options = {"root": args.data_dir} if args.data_dir else {}
     recipe = get_recipe(args.config)
     pairs = corpus(recipe.corpus, "train", **options)
     vocab_file = next(args.runs_dir.glob("*-seed*/vocab.json"))  # every run's: the same data, settings
-    vocabs = Vocabularies.load(vocab_file)
+    vocabs = read_vocabularies(vocab_file)
     encoded = encode_pairs(pairs, vocabs)
     out = {}
     for name, steps in runs.items():

@@ -21,6 +21,7 @@ from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
 from annotated_transformer.cli.commands import what_was_trained
 from annotated_transformer.cli.recipe_options import option_name
+from annotated_transformer.companions.vocabulary_files import write_vocabularies
 from annotated_transformer.data import corpus
 from annotated_transformer.model import make_model
 from annotated_transformer.recipes import get_recipe, recipe_settings
@@ -210,7 +211,7 @@ def test_translate_and_evaluate_errors(run, tmp_path, capsys):
     (tmp_path / "unfinished").mkdir()
     assert "holds no model.pt yet" in fails(capsys, "evaluate", tmp_path / "unfinished")
     other = tmp_path / "other" / "vocab.json"  # the vocabulary of another run
-    build_vocabularies(corpus("builtin", "train")[:100], "word", min_freq=1).save(other)
+    write_vocabularies(build_vocabularies(corpus("builtin", "train")[:100], "word", min_freq=1), other)
     message = fails(capsys, "translate", run, "--vocab", other, "Hallo.")
     assert "is not the vocabulary" in message and "vocab.json" in message
     (tmp_path / "damaged").mkdir()

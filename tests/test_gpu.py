@@ -78,7 +78,7 @@ def sync_is_an_error(on: bool = True):
 def test_auto_precision_is_bf16_with_tf32_matrix_products():
     t = trainer()
     if CUDA:
-        assert t.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+        assert t.precision == ("bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16")
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         assert not torch.backends.cuda.cudnn_sdp_enabled()  # chapter 9's configure_process (the fixture)
         assert t.prefetch

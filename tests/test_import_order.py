@@ -33,6 +33,8 @@ COMPANION_CHAPTERS = {
     "companions.translation_checks": 14,
     "companions.trained_models": 14,
     "companions.run_layout": 10,
+    "companions.checkpoint_upgrades": 10,
+    "companions.vocabulary_files": 13,
 }
 
 

@@ -12,6 +12,7 @@ import torch
 
 from annotated_transformer.batching import EOS
 from annotated_transformer.checkpoints import save_checkpoint
+from annotated_transformer.companions.vocabulary_files import write_vocabularies
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import Transformer, TransformerConfig, make_model
@@ -91,7 +92,7 @@ def test_a_loaded_translator_decodes_with_its_runs_beam_and_alpha(word_vocabs, s
     model, ids, expected = setting
     recipe = {"beam_size": BEAM, "alpha": ALPHA}
     path = save_checkpoint(tmp_path / "model.pt", model, extra={"recipe": recipe})
-    word_vocabs.save(tmp_path / "vocab.json")
+    write_vocabularies(word_vocabs, tmp_path / "vocab.json")
     translator = Translator.load(path, device="cpu")
     assert (translator.beam_size, translator.alpha) == (BEAM, ALPHA)
     assert translator.translate_ids(ids) == expected

@@ -17,6 +17,7 @@ from annotated_transformer.companions.recipe_settings import (
     refuse_unknown,
 )
 from annotated_transformer.companions.trained_models import check_path
+from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import TransformerConfig, config_sha256
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe, recipe_settings
@@ -115,7 +116,7 @@ def test_the_run_fingerprint_names_the_recipe_the_vocabulary_and_the_model():
     vocabs = build_vocabularies(builtin_corpus("train")[:200], "bpe", 300)
     config = recipe.model_config(vocabs)
     fingerprint = run_fingerprint(recipe, vocabs, config)
-    assert fingerprint == {"recipe": recipe.to_dict(), "vocab_sha256": vocabs.sha256(),
+    assert fingerprint == {"recipe": recipe.to_dict(), "vocab_sha256": vocabularies_sha256(vocabs),
                            "config_sha256": config_sha256(config)}
     assert json.loads(json.dumps(fingerprint)) == fingerprint  # it goes into every checkpoint as is
 

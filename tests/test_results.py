@@ -1,300 +1,1006 @@
-"""Every figure the Markdown pages type is the value of the one file and key it comes from.
+"""Every figure and every verdict the Markdown pages type is what the result files say, at its place.
 
 A chapter pastes a measured figure from a glue cell ({glue:text}, tests/test_figures.py); a Markdown
 page (the README, CONTRIBUTING, the book's .md pages) cannot, so each figure it types is listed
 here, in FIGURES: the figure exactly as the page types it, the result file it comes from
-(annotated_transformer/results/), the key path into that file, and the format the page prints it
-in. A test formats the file's value and finds it on the page, so that a new run, which changes the
-file, breaks the test until the page says what the file says. A few figures are settings of a
-recipe, checked the same way against `get_recipe(name)` ("recipe NAME" as the source).
+(annotated_transformer/results/), the key path into that file, the format the page prints it in,
+and, where the page types the same figure more than once, the phrase around it that says which
+one it is. A figure is checked at its own place: the phrase (or the figure alone) must occur once
+on the page, so that an entry cannot vouch for an equal figure elsewhere that means something else.
+A key that depends on data (the step of the lowest validation loss, the candidate the search chose)
+is computed from the file, not typed here. A few figures are settings of a recipe, checked the same
+way against `get_recipe(name)` ("recipe NAME" as the source).
 
-And every number a page types that looks measured (test_figures.typed_figures: decimals,
-percentages, comma-grouped integers, times, ratios; version numbers aside) is either in FIGURES or
-in the page's short list NOT_MEASURED, with the reason it is not a measurement of ours: a figure of
-the paper, a setting, a fact of a data set, or arithmetic.
+What counts as a figure: a number that looks measured (test_figures.TYPED_FIGURE: decimals,
+percentages, comma-grouped integers, times, ratios), a version (torch 2.13.0+cpu, checked whole),
+and a figure written as a word ("three seeds", "six times", "half-way"). Every one a page types is
+either in FIGURES or, by a phrase around it, in the page's NOT_MEASURED, with the reason it is not
+a measurement of ours: a figure of the paper, a setting, a fact of a data set, or arithmetic.
+
+Verdicts (VERDICTS): each "better", "worse", "tie" ... a page types about results in the files is
+what `annotated_transformer.helpers.verdicts.judge` (the appendix's rule, `judging-differences`)
+returns from those files' numbers; every verdict word on the pages that state verdicts is either
+there or, by a phrase, in NOT_JUDGED with the reason.
+
+And the checks are proven: `test_a_changed_result_file_is_caught` changes one value at a time in a
+copy of the result files and asserts that the checks report it.
 """
+
+from __future__ import annotations
 
 import json
 import re
+import shutil
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_figures import typed_figures
+from test_figures import NOT_PROSE, TYPED_FIGURE, typed_figures
 
 from annotated_transformer import get_recipe
+from annotated_transformer.helpers.verdicts import judge
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = files("annotated_transformer") / "results"
+RESULTS = Path(str(files("annotated_transformer") / "results"))
 PAGES = ["README.md", "CONTRIBUTING.md", "book/results.md", "book/conclusion.md", "book/deviations.md",
          "book/index.md", "experiments/README.md"]
+VERDICT_PAGES = ["README.md", "book/results.md", "book/conclusion.md", "book/deviations.md"]
 
 CPU, SEEDS, GPU, BENCH = "multi30k_cpu.json", "multi30k_seeds.json", "gpu/final.json", "gpu/bench.json"
 VALIDATION, SEARCH, CPU_COMPILE = "gpu/validation.json", "gpu/search.json", "cpu_compile.json"
+LEVERS, CPU_SEARCH = "multi30k_levers.json", "multi30k_search.json"
 # A dict in a key path picks the one element of a list that has those items.
 SEED0, SEED1, SEED2 = {"seed": 0}, {"seed": 1}, {"seed": 2}
-LEVERS = "multi30k_levers.json"
 COMPILED = {"implementation": "ours", "compiled": True}
 EAGER = {"implementation": "ours", "compiled": False}
 TORCH_EAGER = {"implementation": "torch.nn.Transformer", "compiled": False}
 LAST_GREEDY, LAST_BEAM = {"averaged": 1, "beam": 1}, {"averaged": 1, "beam": 4}
 AVERAGE_GREEDY, AVERAGE_BEAM = {"averaged": 5, "beam": 1}, {"averaged": 5, "beam": 4}
 
+# Versions (torch 2.13.0+cpu, CUDA 13.0, PyTorch 2.11, nbdev 3) are figures too, taken whole.
+VERSION = re.compile(
+    r"\b(?:torch|PyTorch|CUDA|Python|nbdev)\s+\d+(?:\.\d+)*(?:\+\w+)?|\b\d+\.\d+\.\d+(?:\+\w+)?")
+# Figures written as words. "one" and "two" are left out: the pages use them for things, not
+# measurements (one GPU, two cores), and a count a page does measure in them is listed anyway.
+WORD_FIGURE = re.compile(
+    r"\b(?:three|four|five|six|seven|eight|nine|ten|eleven|twelve|half(?:-way)?|halved|quarter|third|"
+    r"twice|doubled?)\b", re.I)
+VERDICT_WORD = re.compile(r"\b(?:better|worse|ties?|holds|fails|helped|helps|hurts?|lift|about the same|"
+                          r"highest|lowest)\b")
+
+
+# Keys that depend on data: computed from the file, never typed here.
+
+class At:
+    """A value of the same file, by its key path: {"name": At("chosen")} picks the chosen candidate."""
+
+    def __init__(self, *path: str):
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"At{self.path}"
+
+
+def named(name: str, function: Callable) -> Callable:
+    function.__name__ = function.__qualname__ = name  # so that a failure message says what it computed
+    return function
+
+
+def lowest(field: str) -> Callable[[list], dict]:
+    return named(f"lowest {field}", lambda rows: min(rows, key=lambda row: row[field]))
+
+
+def highest(field: str) -> Callable[[list], dict]:
+    return named(f"highest {field}", lambda rows: max(rows, key=lambda row: row[field]))
+
+
+def each(field: str) -> Callable[[list], list]:
+    return named(f"each {field}", lambda rows: [row[field] for row in rows])
+
+
+count = named("count", lambda items: len(items))
+# Where in the run the validation loss was lowest, as a share of the run's steps.
+lowest_loss_share = named("share of the run at the lowest val_nll",
+                          lambda rows: lowest("val_nll")(rows)["step"] / rows[-1]["step"])
+major_minor = named("major.minor", lambda version: ".".join(version.split(".")[:2]))
+# How many times the GPU recipe's batches hold the CPU recipe's tokens.
+batch_ratio = named("max_tokens over multi30k's",
+                    lambda recipe: recipe.max_tokens / get_recipe("multi30k").max_tokens)
+
+
+def best_alpha(search: dict) -> float | str:
+    """The α that scored highest at every averaging, in both the 2- and the 3-layer search runs."""
+    runs = ("decoding 30min-bpe4000-tokens1000-warmup3200-lr1.0",
+            "decoding 30min-bpe4000-tokens1000-warmup3200-lr1.0-L2")
+    best = set()
+    for run in runs:
+        for averaged in sorted({name.split(",")[0] for name in search[run]}):
+            scores = {name: bleu for name, bleu in search[run].items() if name.startswith(averaged + ",")}
+            best.add(float(max(scores, key=scores.get).split("alpha ")[1]))
+    return best.pop() if len(best) == 1 else f"no single best alpha: {sorted(best)}"
+
+
+# Formats for figures written as words.
+
+WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+         "twelve"]
+
+
+def in_words(number: float) -> str:
+    """A whole number up to twelve as a word; anything else as digits, so that it cannot match."""
+    whole = number == int(number) and 0 <= number < len(WORDS)
+    return WORDS[int(number)] if whole else f"{number:g}"
+
+
+def times(ratio: float) -> str:
+    return f"{in_words(ratio)} times"
+
+
+def minutes(value: float) -> str:
+    return "half an hour" if value == 30 else f"{in_words(value)} minutes"
+
+
+def half_hour(value: float) -> str:
+    return "half hour" if value == 30 else f"{value:g} minutes"
+
+
+def share_of_the_way(share: float) -> str:
+    """A share of a run, to the nearest quarter, as the pages write it: 0.485 is "half-way"."""
+    names = {0: "at the start", 1: "a quarter of the way", 2: "half-way", 3: "three-quarters of the way",
+             4: "at the end"}
+    return names[round(share * 4)]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure a page types, where (`phrase`), and the file, key and format it comes from."""
+
+    typed: str
+    source: str  # a result file, or "recipe NAME"
+    key: tuple
+    form: str | Callable[[Any], str]
+    phrase: str | None = None  # the text around the figure where the page types it more than once
+
+    @property
+    def anchor(self) -> str:
+        return self.phrase or self.typed
+
+    def formatted(self, value: Any) -> str:
+        return self.form(value) if callable(self.form) else self.form.format(value)
+
+
+F = Figure
 # The headline figures, which the README, the results page and the conclusion share.
 HEADLINE = [
-    ("40.73", CPU, ("test", "average of the last 3 / beam 4"), "{:.2f}"),
-    ("41.53", GPU, ("test", AVERAGE_BEAM, "bleu"), "{:.2f}"),
-    ("41.12", SEEDS, ("summary", "test", "mean"), "{:.2f}"),
-    ("0.37", SEEDS, ("summary", "test", "std"), "{:.2f}"),
-    ("41.68", SEEDS, ("summary", "val", "mean"), "{:.2f}"),
-    ("0.85", SEEDS, ("summary", "val", "std"), "{:.2f}"),
+    F("40.73", CPU, ("test", "average of the last 3 / beam 4"), "{:.2f}"),
+    F("41.53", GPU, ("test", AVERAGE_BEAM, "bleu"), "{:.2f}"),
+    F("41.12", SEEDS, ("summary", "test", "mean"), "{:.2f}", "41.12 ± 0.37"),
+    F("0.37", SEEDS, ("summary", "test", "std"), "{:.2f}"),
+    F("41.68", SEEDS, ("summary", "val", "mean"), "{:.2f}", "41.68 ± 0.85"),
+    F("0.85", SEEDS, ("summary", "val", "std"), "{:.2f}"),
 ]
 MFU = [
-    ("17.6%", BENCH, ("base", COMPILED, "mfu"), "{:.1%}"),
-    ("25.0%", BENCH, ("base", COMPILED, "mfu_with_padding"), "{:.1%}"),
+    F("17.6%", BENCH, ("base", COMPILED, "mfu"), "{:.1%}"),
+    F("25.0%", BENCH, ("base", COMPILED, "mfu_with_padding"), "{:.1%}"),
 ]
+SEED_COUNT = (SEEDS, ("runs", count), in_words)
+HALF_WAY = F("half-way", VALIDATION, (lowest_loss_share,), share_of_the_way)
 
-FIGURES: dict[str, list[tuple]] = {
+FIGURES: dict[str, list[Figure]] = {
     "README.md": HEADLINE + MFU + [
-        ("20.2 min", CPU, ("minutes",), "{:.1f} min"),
-        ("9,224", CPU, ("steps",), "{:,}"),
-        ("4.9 min", GPU, ("train", "minutes"), "{:.1f} min"),
-        ("8,240", GPU, ("train", "steps"), "{:,}"),
-        ("455,779", BENCH, ("base", COMPILED, "tokens_per_s"), "{:,.0f}"),
-        ("1,024", "recipe multi30k-gpu", ("model", "d_ff"), "{:,}"),
-        ("4,000", "recipe multi30k", ("vocab_size",), "{:,}"),
+        F("half an hour", "recipe multi30k", ("max_minutes",), minutes),
+        F("five minutes", "recipe multi30k-gpu", ("max_minutes",), minutes),
+        F("4,000", "recipe multi30k", ("vocab_size",), "{:,}"),
+        F("torch 2.13.0+cpu", CPU, ("hardware", "torch"), "torch {}"),
+        F("20.2 min", CPU, ("minutes",), "{:.1f} min"),
+        F("9,224", CPU, ("steps",), "{:,}"),
+        F("1,024", GPU, ("recipe", "d_ff"), "{:,}"),
+        F("torch 2.11.0+cu130", GPU, ("hardware", "torch"), "torch {}", "H200, torch 2.11.0+cu130, bf16"),
+        F("4.9 min", GPU, ("train", "minutes"), "{:.1f} min"),
+        F("8,240", GPU, ("train", "steps"), "{:,}"),
+        F("Three", SEEDS, ("runs", count), lambda n: in_words(n).capitalize(), "Three seeds of the CPU"),
+        F("three", *SEED_COUNT, "three seeds measure that noise"),
+        F("six times", "recipe multi30k-gpu", (batch_ratio,), times),
+        F("half hour", LEVERS, ("budget_minutes",), half_hour),
+        F("torch 2.11.0+cu130", BENCH, ("base", COMPILED, "hardware", "torch"), "torch {}",
+          "On an H200 (torch 2.11.0+cu130)"),
+        F("455,779", BENCH, ("base", COMPILED, "tokens_per_s"), "{:,.0f}"),
     ],
     "CONTRIBUTING.md": [],
-    "book/results.md": HEADLINE + MFU + [
-        # The regularizers for a small corpus against the recipe (the appendix).
-        ("2.06", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}"),
-        ("5,826", LEVERS, ("levers", "rdrop", "steps"), "{:,}"),
-        ("-2.34", LEVERS, ("levers", "bpe-dropout", "runs", SEED0, "difference"), "{:+.2f}"),
-        ("-1.45", LEVERS, ("levers", "bpe-dropout", "runs", SEED1, "difference"), "{:+.2f}"),
-        ("-0.61", LEVERS, ("levers", "bpe-dropout", "runs", SEED2, "difference"), "{:+.2f}"),
-        ("-1.47", LEVERS, ("levers", "bpe-dropout", "mean_difference"), "{:+.2f}"),
-        ("1.00", LEVERS, ("levers", "bpe-dropout", "two_se"), "{:.2f}"),
-        ("-1.15", LEVERS, ("levers", "rdrop", "runs", SEED0, "difference"), "{:+.2f}"),
-        ("-2.35", LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "difference"), "{:+.2f}"),
+    "book/results.md": [
+        *MFU,
+        F("40.73", CPU, ("test", "average of the last 3 / beam 4"), "{:.2f}"),
+        F("41.53", GPU, ("test", AVERAGE_BEAM, "bleu"), "{:.2f}", "**41.53** | 41.80"),
+        F("41.12", SEEDS, ("summary", "test", "mean"), "{:.2f}", "41.12 ± 0.37"),
+        F("0.37", SEEDS, ("summary", "test", "std"), "{:.2f}"),
+        F("41.68", SEEDS, ("summary", "val", "mean"), "{:.2f}", "41.68 ± 0.85"),
+        F("0.85", SEEDS, ("summary", "val", "std"), "{:.2f}"),
         # Chapter 14's run on two CPU cores, and two more seeds of its recipe.
-        ("9,224", CPU, ("steps",), "{:,}"),
-        ("20.2 minutes", CPU, ("minutes",), "{:.1f} minutes"),
-        ("39.15", CPU, ("test", "last checkpoint (step_00009224) / greedy"), "{:.2f}"),
-        ("40.84", CPU, ("test", "last checkpoint (step_00009224) / beam 4"), "{:.2f}"),
-        ("39.25", CPU, ("test", "average of the last 3 / greedy"), "{:.2f}"),
-        ("40.98", CPU, ("test_lowercased",), "{:.2f}"),
-        ("42.50", CPU, ("val",), "{:.2f}"),
-        ("41.46", SEEDS, ("runs", SEED1, "test"), "{:.2f}"),
-        ("41.17", SEEDS, ("runs", SEED2, "test"), "{:.2f}"),
-        ("41.72", SEEDS, ("runs", SEED1, "val"), "{:.2f}"),
-        ("40.81", SEEDS, ("runs", SEED2, "val"), "{:.2f}"),
+        F("4,000", "recipe multi30k", ("vocab_size",), "{:,}"),
+        F("1,000", "recipe multi30k", ("max_tokens",), "{:,}", "batches of 1,000 tokens; `multi30k_cpu"),
+        F("torch 2.13.0+cpu", CPU, ("hardware", "torch"), "torch {}", "2 threads, torch 2.13.0+cpu"),
+        F("9,224", CPU, ("steps",), "{:,}", "9,224 steps in 20.2 minutes"),
+        F("20.2 minutes", CPU, ("minutes",), "{:.1f} minutes"),
+        F("39.15", CPU, ("test", "last checkpoint (step_00009224) / greedy"), "{:.2f}"),
+        F("1.4", "recipe multi30k", ("alpha",), "{:.1f}", "(α = 1.4) | 40.84"),
+        F("40.84", CPU, ("test", "last checkpoint (step_00009224) / beam 4"), "{:.2f}"),
+        F("39.25", CPU, ("test", "average of the last 3 / greedy"), "{:.2f}"),
+        F("40.98", CPU, ("test_lowercased",), "{:.2f}"),
+        F("42.50", CPU, ("val",), "{:.2f}"),
+        F("41.46", SEEDS, ("runs", SEED1, "test"), "{:.2f}"),
+        F("41.17", SEEDS, ("runs", SEED2, "test"), "{:.2f}"),
+        F("41.72", SEEDS, ("runs", SEED1, "val"), "{:.2f}"),
+        F("40.81", SEEDS, ("runs", SEED2, "val"), "{:.2f}"),
+        F("three", *SEED_COUNT, "over the three seeds"),
+        F("three", *SEED_COUNT, "three seeds measure it only loosely"),
+        # The regularizers for a small corpus against the recipe (the appendix).
+        F("0.1", LEVERS, ("levers", "bpe-dropout", "settings", "bpe_dropout"), "{:.1f}"),
+        F("9,224", LEVERS, ("levers", "bpe-dropout", "steps"), "{:,}", "the same 9,224 steps"),
+        F("2.06", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}"),
+        F("half hour", LEVERS, ("budget_minutes",), half_hour),
+        F("5,826", LEVERS, ("levers", "rdrop", "steps"), "{:,}"),
+        F("-2.34", LEVERS, ("levers", "bpe-dropout", "runs", SEED0, "difference"), "{:+.2f}"),
+        F("-1.45", LEVERS, ("levers", "bpe-dropout", "runs", SEED1, "difference"), "{:+.2f}"),
+        F("-0.61", LEVERS, ("levers", "bpe-dropout", "runs", SEED2, "difference"), "{:+.2f}"),
+        F("-1.47", LEVERS, ("levers", "bpe-dropout", "mean_difference"), "{:+.2f}"),
+        F("1.00", LEVERS, ("levers", "bpe-dropout", "two_se"), "{:.2f}"),
+        F("2.5", LEVERS, ("levers", "rdrop", "settings", "rdrop_alpha"), "{:.1f}"),
+        F("-1.15", LEVERS, ("levers", "rdrop", "runs", SEED0, "difference"), "{:+.2f}"),
+        F("-2.35", LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "difference"), "{:+.2f}"),
         # Chapter 20's run on one GPU, and its search.
-        ("8,240", GPU, ("train", "steps"), "{:,}"),
-        ("4.89 minutes", GPU, ("train", "minutes"), "{:.2f} minutes"),
-        ("28.07", GPU, ("train", "steps_per_s"), "{:.2f}"),
-        ("137,753", GPU, ("train", "target_tokens_per_s"), "{:,}"),
-        ("84.1", GPU, ("train", "epochs"), "{:.1f}"),
-        ("8,396,800", GPU, ("train", "parameters"), "{:,}"),
-        ("3,047", SEARCH, ("candidates", {"name": "p0.2"}, "steps"), "{:,}"),
-        ("40.85", SEARCH, ("test", {"averaged": 3, "beam": 4}, "bleu"), "{:.2f}"),
-        ("41.00", GPU, ("test", LAST_GREEDY, "bleu"), "{:.2f}"),
-        ("41.28", GPU, ("test", LAST_GREEDY, "bleu_lowercase"), "{:.2f}"),
-        ("41.39", GPU, ("test", LAST_BEAM, "bleu"), "{:.2f}"),
-        ("41.68", GPU, ("test", LAST_BEAM, "bleu_lowercase"), "{:.2f}"),
-        ("41.08", GPU, ("test", AVERAGE_GREEDY, "bleu"), "{:.2f}"),
-        ("41.36", GPU, ("test", AVERAGE_GREEDY, "bleu_lowercase"), "{:.2f}"),
-        ("41.80", GPU, ("test", AVERAGE_BEAM, "bleu_lowercase"), "{:.2f}"),
-        ("43.15", GPU, ("val_beam",), "{:.2f}"),
-        ("1.471", VALIDATION, ({"step": 4000}, "val_nll"), "{:.3f}"),
-        # The recipes' settings the page names.
-        ("4,000", "recipe multi30k", ("vocab_size",), "{:,}"),
-        ("1,024", "recipe multi30k-gpu", ("model", "d_ff"), "{:,}"),
-        ("0.2", "recipe multi30k-gpu", ("model", "dropout"), "{:.1f}"),
-        ("6,000", "recipe multi30k-gpu", ("max_tokens",), "{:,}"),
-        ("1.4", "recipe multi30k", ("alpha",), "{:.1f}"),
+        F("1,024", GPU, ("recipe", "d_ff"), "{:,}"),
+        F("0.2", GPU, ("recipe", "dropout"), "{:.1f}"),
+        F("6,000", GPU, ("recipe", "max_tokens"), "{:,}", "batches of 6,000 tokens; `gpu/final.json`"),
+        F("torch 2.11.0+cu130", GPU, ("hardware", "torch"), "torch {}", "to itself, torch 2.11.0+cu130"),
+        F("CUDA 13.0", GPU, ("hardware", "cuda"), "CUDA {}", "2.11.0+cu130, CUDA 13.0, bfloat16, eager"),
+        F("8,240", GPU, ("train", "steps"), "{:,}"),
+        F("4.89 minutes", GPU, ("train", "minutes"), "{:.2f} minutes"),
+        F("28.07", GPU, ("train", "steps_per_s"), "{:.2f}"),
+        F("137,753", GPU, ("train", "target_tokens_per_s"), "{:,}"),
+        F("84.1", GPU, ("train", "epochs"), "{:.1f}"),
+        F("8,396,800", GPU, ("train", "parameters"), "{:,}"),
+        F("eleven", SEARCH, ("candidates", count), in_words),
+        F("five minutes", SEARCH, ("minutes",), minutes, "for five minutes each"),
+        F("3,047", SEARCH, ("candidates", {"name": At("chosen")}, "steps"), "{:,}"),
+        F("40.85", SEARCH, ("test", {"averaged": At("choice", "averaged"), "beam": 4}, "bleu"), "{:.2f}"),
+        F("41.00", GPU, ("test", LAST_GREEDY, "bleu"), "{:.2f}"),
+        F("41.28", GPU, ("test", LAST_GREEDY, "bleu_lowercase"), "{:.2f}"),
+        F("1.4", GPU, ("test", LAST_BEAM, "alpha"), "{:.1f}", "(α = 1.4) | 41.39"),
+        F("41.39", GPU, ("test", LAST_BEAM, "bleu"), "{:.2f}"),
+        F("41.68", GPU, ("test", LAST_BEAM, "bleu_lowercase"), "{:.2f}", "41.39 | 41.68"),
+        F("41.08", GPU, ("test", AVERAGE_GREEDY, "bleu"), "{:.2f}"),
+        F("41.36", GPU, ("test", AVERAGE_GREEDY, "bleu_lowercase"), "{:.2f}"),
+        F("41.53", GPU, ("test", AVERAGE_BEAM, "bleu"), "{:.2f}", "the GPU run's 41.53"),
+        F("41.80", GPU, ("test", AVERAGE_BEAM, "bleu_lowercase"), "{:.2f}"),
+        F("43.15", GPU, ("val_beam",), "{:.2f}"),
+        F("nine", GPU, ("decoding", count), in_words),
+        F("half-way", VALIDATION, (lowest_loss_share,), share_of_the_way),
+        F("1.471", VALIDATION, (lowest("val_nll"), "val_nll"), "{:.3f}"),
+        F("three", *SEED_COUNT, "mean of three seeds, 41.12"),
+        F("41.12", SEEDS, ("summary", "test", "mean"), "{:.2f}", "mean of three seeds, 41.12"),
         # The paper's base model on the H200, and the recipes through Trainer (bench.json).
-        ("989.4", BENCH, ("base", COMPILED, "peak_tflops"), "{:.1f}"),
-        ("39%", BENCH, ("base", COMPILED, "padding", "target"), "{:.0%}"),
-        ("30%", BENCH, ("base", COMPILED, "padding", "flops"), "{:.0%}"),
-        ("261,752", BENCH, ("base", EAGER, "tokens_per_s"), "{:,.0f}"),
-        ("17.16", BENCH, ("base", EAGER, "steps_per_s"), "{:.2f}"),
-        ("10.1%", BENCH, ("base", EAGER, "mfu"), "{:.1%}"),
-        ("14.3%", BENCH, ("base", EAGER, "mfu_with_padding"), "{:.1%}"),
-        ("0.5 s", BENCH, ("base", EAGER, "first_step_s"), "{:.1f} s"),
-        ("224,988", BENCH, ("base", TORCH_EAGER, "tokens_per_s"), "{:,.0f}"),
-        ("14.75", BENCH, ("base", TORCH_EAGER, "steps_per_s"), "{:.2f}"),
-        ("8.7%", BENCH, ("base", TORCH_EAGER, "mfu"), "{:.1%}"),
-        ("12.3%", BENCH, ("base", TORCH_EAGER, "mfu_with_padding"), "{:.1%}"),
-        ("0.1 s", BENCH, ("base", TORCH_EAGER, "first_step_s"), "{:.1f} s"),
-        ("455,779", BENCH, ("base", COMPILED, "tokens_per_s"), "{:,.0f}"),
-        ("29.88", BENCH, ("base", COMPILED, "steps_per_s"), "{:.2f}"),
-        ("71.3 s", BENCH, ("base", COMPILED, "first_step_s"), "{:.1f} s"),
-        ("55.21", BENCH, ("recipe", {"recipe": "multi30k", "compiled": False}, "steps_per_s"), "{:.2f}"),
-        ("80.07", BENCH, ("recipe", {"recipe": "multi30k", "compiled": True}, "steps_per_s"), "{:.2f}"),
-        ("72,077", BENCH, ("recipe", {"recipe": "multi30k", "compiled": True}, "tokens_per_s"), "{:,.0f}"),
-        ("30 s", BENCH, ("recipe", {"recipe": "multi30k", "compiled": True}, "compile_s"), "{:.0f} s"),
-        ("28.74", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": False}, "steps_per_s"), "{:.2f}"),
-        ("44.51", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": True}, "steps_per_s"), "{:.2f}"),
-        ("218,994", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": True}, "tokens_per_s"),
-         "{:,.0f}"),
-        ("47 s", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": True}, "compile_s"), "{:.0f} s"),
+        F("25,000", BENCH, ("base", COMPILED, "batch_tokens"), "{:,}", "batches of up to 25,000 padded"),
+        F("989.4", BENCH, ("base", COMPILED, "peak_tflops"), "{:.1f}"),
+        F("torch 2.11.0+cu130", BENCH, ("base", COMPILED, "hardware", "torch"), "torch {}",
+          "H200 (torch 2.11.0+cu130, CUDA 13.0), bfloat16, with"),
+        F("CUDA 13.0", BENCH, ("base", COMPILED, "hardware", "cuda"), "CUDA {}",
+          "H200 (torch 2.11.0+cu130, CUDA 13.0), bfloat16, with"),
+        F("39%", BENCH, ("base", COMPILED, "padding", "target"), "{:.0%}"),
+        F("30%", BENCH, ("base", COMPILED, "padding", "flops"), "{:.0%}"),
+        F("25,000", BENCH, ("base", COMPILED, "batch_tokens"), "{:,}", "batches of 25,000 tokens | target"),
+        F("261,752", BENCH, ("base", EAGER, "tokens_per_s"), "{:,.0f}"),
+        F("17.16", BENCH, ("base", EAGER, "steps_per_s"), "{:.2f}"),
+        F("10.1%", BENCH, ("base", EAGER, "mfu"), "{:.1%}"),
+        F("14.3%", BENCH, ("base", EAGER, "mfu_with_padding"), "{:.1%}"),
+        F("0.5 s", BENCH, ("base", EAGER, "first_step_s"), "{:.1f} s"),
+        F("224,988", BENCH, ("base", TORCH_EAGER, "tokens_per_s"), "{:,.0f}"),
+        F("14.75", BENCH, ("base", TORCH_EAGER, "steps_per_s"), "{:.2f}"),
+        F("8.7%", BENCH, ("base", TORCH_EAGER, "mfu"), "{:.1%}"),
+        F("12.3%", BENCH, ("base", TORCH_EAGER, "mfu_with_padding"), "{:.1%}"),
+        F("0.1 s", BENCH, ("base", TORCH_EAGER, "first_step_s"), "{:.1f} s"),
+        F("455,779", BENCH, ("base", COMPILED, "tokens_per_s"), "{:,.0f}"),
+        F("29.88", BENCH, ("base", COMPILED, "steps_per_s"), "{:.2f}"),
+        F("71.3 s", BENCH, ("base", COMPILED, "first_step_s"), "{:.1f} s"),
+        F("PyTorch 2.11", BENCH, ("base", COMPILED, "hardware", "torch", major_minor), "PyTorch {}"),
+        F("1,000", "recipe multi30k", ("max_tokens",), "{:,}", "`multi30k` (batches of 1,000 tokens)"),
+        F("55.21", BENCH, ("recipe", {"recipe": "multi30k", "compiled": False}, "steps_per_s"), "{:.2f}"),
+        F("80.07", BENCH, ("recipe", {"recipe": "multi30k", "compiled": True}, "steps_per_s"), "{:.2f}"),
+        F("72,077", BENCH, ("recipe", {"recipe": "multi30k", "compiled": True}, "tokens_per_s"), "{:,.0f}"),
+        F("30 s", BENCH, ("recipe", {"recipe": "multi30k", "compiled": True}, "compile_s"), "{:.0f} s"),
+        F("6,000", "recipe multi30k-gpu", ("max_tokens",), "{:,}", "`multi30k-gpu` (batches of 6,000"),
+        F("28.74", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": False}, "steps_per_s"), "{:.2f}"),
+        F("44.51", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": True}, "steps_per_s"), "{:.2f}"),
+        F("218,994", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": True}, "tokens_per_s"),
+          "{:,.0f}"),
+        F("47 s", BENCH, ("recipe", {"recipe": "multi30k-gpu", "compiled": True}, "compile_s"), "{:.0f} s"),
         # The multi30k recipe compiled on a CPU (cpu_compile.json).
-        ("7.66", CPU_COMPILE, ("recipe", {"compiled": False}, "steps_per_s"), "{:.2f}"),
-        ("6,793", CPU_COMPILE, ("recipe", {"compiled": False}, "tokens_per_s"), "{:,.0f}"),
-        ("6.12", CPU_COMPILE, ("recipe", {"compiled": True}, "steps_per_s"), "{:.2f}"),
-        ("5,423", CPU_COMPILE, ("recipe", {"compiled": True}, "tokens_per_s"), "{:,.0f}"),
-        ("36 s", CPU_COMPILE, ("recipe", {"compiled": True}, "compile_s"), "{:.0f} s"),
+        F("1,000", "recipe multi30k", ("max_tokens",), "{:,}", "(2 layers, batches of 1,000 tokens)"),
+        F("torch 2.13.0+cpu", CPU_COMPILE, ("recipe", {"compiled": False}, "hardware", "torch"), "torch {}",
+          "AVX-512 kernels, torch 2.13.0+cpu, trained"),
+        F("7.66", CPU_COMPILE, ("recipe", {"compiled": False}, "steps_per_s"), "{:.2f}"),
+        F("6,793", CPU_COMPILE, ("recipe", {"compiled": False}, "tokens_per_s"), "{:,.0f}"),
+        F("6.12", CPU_COMPILE, ("recipe", {"compiled": True}, "steps_per_s"), "{:.2f}"),
+        F("5,423", CPU_COMPILE, ("recipe", {"compiled": True}, "tokens_per_s"), "{:,.0f}"),
+        F("36 s", CPU_COMPILE, ("recipe", {"compiled": True}, "compile_s"), "{:.0f} s"),
     ],
     "book/conclusion.md": HEADLINE + MFU + [
-        ("20.2 minutes", CPU, ("minutes",), "{:.1f} minutes"),
+        F("20.2 minutes", CPU, ("minutes",), "{:.1f} minutes"),
+        F("five minutes", "recipe multi30k-gpu", ("max_minutes",), minutes),
+        F("three", *SEED_COUNT, "since three seeds of the CPU recipe"),
+        F("three", *SEED_COUNT, "three seeds measure that noise"),
+        HALF_WAY,
     ],
     "book/deviations.md": [
-        ("1,000", "recipe multi30k", ("max_tokens",), "{:,}"),
-        ("9,224", "recipe multi30k", ("train", "max_steps"), "{:,}"),
-        ("3,200", "recipe multi30k", ("train", "warmup"), "{:,}"),
-        ("4,000", "recipe multi30k", ("vocab_size",), "{:,}"),
-        ("1.4", "recipe multi30k", ("alpha",), "{:.1f}"),
-        ("1,024", "recipe multi30k-gpu", ("model", "d_ff"), "{:,}"),
-        ("0.2", "recipe multi30k-gpu", ("model", "dropout"), "{:.1f}"),
-        ("6,000", "recipe multi30k-gpu", ("max_tokens",), "{:,}"),
-        ("2,000", "recipe multi30k-gpu", ("train", "warmup"), "{:,}"),
-        ("32%", "recipe multi30k", ("train", "cooldown"), "{:.0%}"),
+        F("1,000", "recipe multi30k", ("max_tokens",), "{:,}", "at most 1,000 padded tokens"),
+        F("9,224", "recipe multi30k", ("train", "max_steps"), "{:,}"),
+        F("3,200", "recipe multi30k", ("train", "warmup"), "{:,}", "a warmup of 3,200"),
+        F("3,200", "recipe multi30k", ("train", "warmup"), "{:,}", "the recipe keeps 3,200"),
+        F("4,000", "recipe multi30k", ("vocab_size",), "{:,}", "vocabulary of 4,000 pieces"),
+        F("4,000", "recipe multi30k", ("vocab_size",), "{:,}", "keeps 4,000 joint pieces"),
+        F("1.4", "recipe multi30k", ("alpha",), "{:.1f}", "decodes with α = 1.4"),
+        F("1.4", CPU_SEARCH, (best_alpha,), "{:.1f}", "1.4 scored highest"),
+        F("1,024", "recipe multi30k-gpu", ("model", "d_ff"), "{:,}"),
+        F("0.2", "recipe multi30k-gpu", ("model", "dropout"), "{:.1f}"),
+        F("6,000", "recipe multi30k-gpu", ("max_tokens",), "{:,}"),
+        F("2,000", "recipe multi30k-gpu", ("train", "warmup"), "{:,}"),
+        F("five minutes", "recipe multi30k-gpu", ("max_minutes",), minutes),
+        F("32%", "recipe multi30k", ("train", "cooldown"), "{:.0%}", "the last 32% of their steps"),
+        F("32%", "recipe multi30k", ("train", "cooldown"), "{:.0%}", "the last 32% of the time"),
+        F("three", SEEDS, ("decoding_choices", count), in_words, "the three seeds' models"),
+        F("three", SEEDS, ("decoding_choices", count), in_words, "on each of three seeds"),
     ],
     "book/index.md": [],
     "experiments/README.md": [],
 }
 
-# Numbers a page types that are not measurements of ours, with the reason.
+# Figures a page types that are not measurements of ours, by a phrase around them, with the reason.
 PAPER_VOCABULARY = "the paper's shared vocabulary of about 37,000 tokens (§5.1), a figure of the paper"
+PAPER_BATCHES = "the paper's batches of about 25,000 tokens (§5.1), a figure of the paper"
+PAPER_STEPS = "the paper's training steps (§5.2), a figure of the paper"
+TEST_SIZE = "test_2016_flickr's size in sentences, a fact of the data set"
+VALIDATION_SIZE = "the Multi30k validation set's size in sentences, a fact of the data set"
+BENCHMARK_GOAL = "a goal of benchmarks/run_all.py, a setting"
+CHAPTER_RUN = "the torch of a chapter's runs (17, 18), which the chapter prints; no result file keeps them"
 NOT_MEASURED: dict[str, dict[str, str]] = {
     "README.md": {
-        "1,000": "test_2016_flickr's size in sentences, a fact of the data set",
-        "29,000": "Multi30k's training pairs, a fact of the data set",
+        "translates three sentences": "the main job's three example sentences, a setting",
+        "(1,000 sentences)": TEST_SIZE,
+        "more than twice the noise": "the rule for 'better' (the appendix), not a measurement",
+        "Multi30k's 29,000 sentences": "Multi30k's training pairs, a fact of the data set",
+        "in half precision": "a number format (float16), not a figure",
     },
-    "CONTRIBUTING.md": {},
+    "CONTRIBUTING.md": {
+        "translates three sentences": "the main job's three example sentences, a setting",
+        "chapter 14 three, chapter 16 one": "how many modules a chapter exports, a fact of the code",
+        "chapter 10 six": "how many modules a chapter exports, a fact of the code",
+        "chapter 14 three, and chapter 19": "how many modules a chapter exports, a fact of the code",
+        "nbdev 3": "the nbdev the project is built with, a fact of a tool",
+        "in half precision": "a number format (float16), not a figure",
+        "with three seeds side by side": "what experiments/multi30k_seeds.py runs, a setting",
+        "The package has four layers": "the package's layers of folders, a fact of the code",
+    },
     "book/results.md": {
-        "1,000": "test_2016_flickr's size, and the multi30k recipe's batches of 1,000 tokens (a setting)",
-        "0.1": "a setting: BPE-dropout's p (Provilkov et al.'s value)",
-        "2.5": "a setting: R-Drop's alpha (Liang et al.'s 5 on chapter 8's scale)",
-        "0.6": "§6.1's length penalty α, one of the settings tried",
-        "1.0": "a length penalty α, one of the settings tried",
-        "8,000": "the small scale's shared BPE vocabulary (chapter 18), a setting",
-        "1,014": "the Multi30k validation set's size in sentences, a fact of the data set",
-        "100,000": "the paper's training steps (§5.2), a figure of the paper",
-        "0.5": "chapter 18's criterion for 'nearly identical' BLEU, a setting",
-        "37,000": PAPER_VOCABULARY,
-        "25,000": "the paper's batches of about 25,000 tokens (§5.1), a setting of the benchmark",
-        "4×": "a goal of benchmarks/run_all.py, a setting",
-        "2.5×": "a goal of benchmarks/run_all.py, a setting",
-        "30 seconds": "a goal of benchmarks/run_all.py, a setting",
-        "3×": "a goal of benchmarks/run_all.py, a setting",
-        "10×": "a goal of benchmarks/run_all.py, a setting",
+        "(1,000 sentences)": TEST_SIZE,
+        "500 steps of 1,000 tokens": "chapter 18's small scale, a setting",
+        "(twice its standard error": "the rule for 'better' (the appendix), not a measurement",
+        "α 0.6, 1.0 or 1.4": "the length penalties tried, settings",
+        "vocabulary of about 37,000 tokens": PAPER_VOCABULARY,
+        "vocabulary of 37,000)": PAPER_VOCABULARY,
+        "one thread, torch 2.13.0+cpu), self-attention": CHAPTER_RUN,
+        "two runs at a time, torch 2.13.0+cpu.": CHAPTER_RUN,
+        "BPE vocabulary of 8,000 pieces": "the small scale's shared BPE vocabulary (chapter 18), a setting",
+        "the 1,014 validation": VALIDATION_SIZE,
+        "after 100,000 steps": PAPER_STEPS,
+        "(BLEU within 0.5)": "chapter 18's criterion for 'nearly identical' BLEU, a setting",
+        "in all four runs": "chapter 19's runs: post-LN and pre-LN, with and without the warmup, a design",
+        "≥ 4×": BENCHMARK_GOAL,
+        "≤ 2.5× | | Beam search (beam 4) / greedy, the trained": BENCHMARK_GOAL,
+        "≤ 2.5× | | Copy task": BENCHMARK_GOAL,
+        "≤ 30 seconds": BENCHMARK_GOAL,
+        "≥ 3×": BENCHMARK_GOAL,
+        "≥ 10×": BENCHMARK_GOAL,
+        "carries four times greedy's rows": "beam 4 against greedy's 1, arithmetic",
+        "computes four times its logits": "beam 4 against greedy's 1, arithmetic",
+        "three times those of its forward": "the convention for training FLOPs (PaLM's), arithmetic",
+        "costs twice the forward": "the convention for training FLOPs (PaLM's), arithmetic",
+        "over five steps": "a setting of benchmarks/gpu_profile.py, a stage not yet run",
+        "failed four": "the first run of the GPU suite, its failures listed below; no file keeps it",
     },
     "book/conclusion.md": {
-        "100,000": "the paper's training steps (§5.2), a figure of the paper",
-        "25,000": "the paper's batches of about 25,000 tokens (§5.1), a figure of the paper",
+        "100,000 steps": PAPER_STEPS,
+        "25,000 tokens": PAPER_BATCHES,
     },
     "book/deviations.md": {
-        "0.1": "the paper's dropout P_drop (§5.4), a setting",
-        "0.1000061": "0.1 rounded to a multiple of 2⁻¹⁶, arithmetic",
+        "(0.1 becomes 0.1000061)": "the paper's dropout P_drop (§5.4), and 0.1 rounded to a multiple of 2⁻¹⁶",
         "36,864": "the base model's attention biases, 18 attention layers × 4 projections × 512: arithmetic",
-        "25,000": "the paper's batches of about 25,000 tokens (§5.1), a figure of the paper",
-        "29,000": "Multi30k's training pairs, a fact of the data set",
-        "4.5": "WMT 2014's 4.5 million pairs (§5.1), a figure of the paper",
-        "37,000": PAPER_VOCABULARY,
-        "8,000": "a BPE vocabulary of 8,000 pieces: a setting, tried in the search and at the small scale",
-        "27.3": "the paper's Table 2: the base model's BLEU on WMT 2014 English-German",
-        "28.4": "the paper's Table 2: the big model's BLEU on WMT 2014 English-German",
-        "0.6": "§6.1's length penalty α, a setting of the paper",
-        "1.0": "a length penalty α tried, a setting",
-        "1.8": "a length penalty α tried, a setting",
-        "1,014": "the Multi30k validation set's size in sentences, a fact of the data set",
-        "0.25": "the small scale's lr_factor (chapter 18), a setting",
-        "5,000": "the learned positions' max_len, a setting",
+        "approximately 25,000 source and 25,000 target": PAPER_BATCHES,
+        "instead of about 25,000": PAPER_BATCHES,
+        "intervals of ten minutes": "the paper's checkpoint interval (§6.1), a figure of the paper",
+        "the paper: every ten minutes": "the paper's checkpoint interval (§6.1), a figure of the paper",
+        "(29,000 training pairs": "Multi30k's training pairs, a fact of the data set",
+        "(4.5 million pairs)": "WMT 2014's 4.5 million pairs (§5.1), a figure of the paper",
+        "(the paper: 4,000,": "the paper's warmup (§5.3), a figure of the paper",
+        "about 37,000)": PAPER_VOCABULARY,
+        "all three embedding matrices": "the model's three embedding matrices (§3.4), a fact of the model",
+        "all three embeddings tied": "the model's three embedding matrices (§3.4), a fact of the model",
+        "seen at least twice": "the word vocabulary's min_freq = 2, a setting",
+        "and with 8,000 pieces": "a BPE vocabulary of 8,000 pieces: a setting, tried in the search",
+        "shared 8,000-piece vocabulary": "the small scale's BPE vocabulary of 8,000 pieces, a setting",
+        "the paper's 27.3 and 28.4": "the paper's Table 2: the base and big models' BLEU on WMT 2014",
+        "instead of §6.1's 0.6": "§6.1's length penalty α, a setting of the paper",
+        "(of 0.6, 1.0, 1.4 and 1.8,": "the length penalties tried, settings",
+        "better than 0.6 by": "§6.1's length penalty α, a setting of the paper",
+        "by more than twice the standard error": "the rule for 'better' (the appendix), not a measurement",
+        "(one of the 1,014 validation": VALIDATION_SIZE,
+        "set (1,014 sentences)": VALIDATION_SIZE,
+        "a quarter of the paper's width and half its depth": (
+            "chapter 18's small scale against the paper's base (d_model 128 of 512, N = 3 of 6), settings"),
+        "widths halved and doubled": "chapter 18's rows against its base, settings",
+        "500 steps of 1,000 tokens": "chapter 18's small scale, a setting",
+        "rate times 0.25": "the small scale's lr_factor (chapter 18), a setting",
+        "(4, α = 0.6)": "chapter 18's beam and length penalty, as the paper's Table 3, settings",
+        "a table of 5,000 positions": "the learned positions' max_len, a setting",
     },
     "book/index.md": {},
-    "experiments/README.md": {},
+    "experiments/README.md": {
+        "then three seeds of it": "what a script will run, a setting (not yet run)",
+    },
 }
 
-# Version numbers (torch 2.13.0+cpu, CUDA 13.0, PyTorch 2.11) are not figures.
-VERSION = re.compile(r"\b\d+\.\d+\.\d+[\w.+]*|\b(?:torch|PyTorch|CUDA|Python|nbdev)\s+\d+(?:\.\d+)*")
 
+# Reading the result files.
+
+class Results:
+    """The result files of one folder (the package's, or a test's changed copy), read once each."""
+
+    def __init__(self, folder: Path = RESULTS):
+        self.folder, self._read = folder, {}
+
+    def file(self, name: str) -> Any:
+        if name not in self._read:
+            self._read[name] = json.loads((self.folder / name).read_text(encoding="utf-8"))
+        return self._read[name]
+
+    def __call__(self, source: str, *key) -> Any:
+        """The value at `key` in a result file, or in a recipe's settings ("recipe NAME")."""
+        if source.startswith("recipe "):
+            value = get_recipe(source.removeprefix("recipe "))
+            for part in key:
+                value = part(value) if callable(part) else getattr(value, part)
+            return value
+        value = self.file(source)
+        for part in key:
+            if callable(part):
+                value = part(value)
+            elif isinstance(part, dict):
+                wanted = {k: self(source, *v.path) if isinstance(v, At) else v for k, v in part.items()}
+                matches = [item for item in value if all(item.get(k) == v for k, v in wanted.items())]
+                assert len(matches) == 1, f"{source}: {len(matches)} elements match {wanted}"
+                value = matches[0]
+            else:
+                value = value[part]
+        return value
+
+
+def describe(key: tuple) -> str:
+    return str([getattr(part, "__name__", part) for part in key])
+
+
+# Finding figures and verdicts on a page.
 
 def text(page: str) -> str:
     return (ROOT / page).read_text(encoding="utf-8")
 
 
-def figures_typed(page: str) -> list[str]:
-    """The figures a page types, as tests/test_figures.py finds them in a chapter's prose."""
-    return typed_figures(VERSION.sub(" ", text(page)))
+def blank(found: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", found.group())
 
 
-def lookup(source: str, key: tuple):
-    """The value at `key` in a result file, or in a recipe's settings ("recipe NAME")."""
-    if source.startswith("recipe "):
-        value = get_recipe(source.removeprefix("recipe "))
-        for part in key:
-            value = getattr(value, part)
-        return value
-    value = json.loads((RESULTS / source).read_text(encoding="utf-8"))
-    for part in key:
-        if isinstance(part, dict):
-            matches = [item for item in value if all(item.get(k) == v for k, v in part.items())]
-            assert len(matches) == 1, f"{source}: {len(matches)} elements match {part}"
-            value = matches[0]
-        else:
-            value = value[part]
-    return value
+def prose(page_text: str) -> str:
+    """The page with what is not prose (code, math, links' targets, section numbers) blanked out,
+    each character by a space, so that a figure's place in it is its place on the page."""
+    return NOT_PROSE.sub(blank, page_text)
 
 
-ENTRIES = [(page, *entry) for page, entries in FIGURES.items() for entry in entries]
+def figure_spans(page_text: str) -> list[tuple[int, int, str]]:
+    """Each figure a page types: versions (whole), numbers that look measured, figures in words."""
+    masked = prose(page_text)
+    spans = [(m.start(), m.end(), m.group()) for m in VERSION.finditer(masked)]
+    masked = VERSION.sub(blank, masked)  # a version's digits are not figures of their own
+    spans += [(m.start(), m.end(), m.group()) for m in TYPED_FIGURE.finditer(masked)]
+    spans += [(m.start(), m.end(), m.group()) for m in WORD_FIGURE.finditer(masked)]
+    return sorted(spans)
+
+
+def phrase_pattern(phrase: str) -> re.Pattern:
+    """A phrase as the page may wrap it (any run of spaces and line breaks between its words), and
+    whole: "1.00" is not the end of "41.00", nor "0.1" the start of "0.1000061"."""
+    body = r"\s+".join(re.escape(word) for word in phrase.split())
+    before = r"(?<![\w.])" if phrase[0].isalnum() else ""
+    after = r"(?![\w]|\.\d)" if phrase[-1].isalnum() else ""
+    return re.compile(before + body + after)
+
+
+def places(page_text: str, phrase: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in phrase_pattern(phrase).finditer(page_text)]
+
+
+def figure_places(page_text: str, typed: str) -> list[tuple[int, int]]:
+    """Where a page types `typed` as a figure of its own: not as a part of a longer figure (the "0.1"
+    of "0.1 s", the "30 s" of "30 seconds")."""
+    figures = [(start, end) for start, end, _ in figure_spans(page_text)]
+    return [(start, end) for start, end in places(page_text, typed)
+            if not any(s <= start and end <= e and e - s > end - start for s, e in figures)]
+
+
+def anchor_span(page_text: str, figure: Figure) -> tuple[int, int] | str:
+    """Where the figure stands on the page: the one place it is typed as a figure, or its place
+    inside its phrase, which must occur exactly once; or why it cannot be placed."""
+    if figure.phrase is None:
+        found = figure_places(page_text, figure.typed)
+        return found[0] if len(found) == 1 else (
+            f"{figure.typed!r} is typed {len(found)} times as a figure, not once: give each its phrase")
+    return inner_span(page_text, figure.phrase, figure.typed)
+
+
+def inner_span(page_text: str, phrase: str, inner: str) -> tuple[int, int] | str:
+    """Where `inner` stands on the page, inside `phrase`, which must occur exactly once; or why not."""
+    found = places(page_text, phrase)
+    if len(found) != 1:
+        return f"{phrase!r} occurs {len(found)} times, not once"
+    start, end = found[0]
+    inside = places(page_text[start:end], inner)
+    if len(inside) != 1:
+        return f"{inner!r} occurs {len(inside)} times in {phrase!r}, not once"
+    return start + inside[0][0], start + inside[0][1]
+
+
+def covered(span: tuple[int, int], by: list[tuple[int, int]]) -> bool:
+    return any(start <= span[0] and span[1] <= end for start, end in by)
+
+
+# The checks, each a message or None, so that the tests and the proof below share them.
+
+def figure_mismatch(page: str, figure: Figure, results: Results) -> str | None:
+    """Whether the file's value, formatted as the page prints it, is what the page types there."""
+    try:
+        value = figure.formatted(results(figure.source, *figure.key))
+    except (KeyError, IndexError, AssertionError, ValueError) as error:
+        where = f"{figure.source} {describe(figure.key)}"
+        return f"{page} types {figure.typed!r}: {where} cannot be read ({error})"
+    if value != figure.typed:
+        return (f"{page} types {figure.typed!r} (at {figure.anchor!r}) for {figure.source} "
+                f"{describe(figure.key)}, whose value is now {value!r}: update the page and this table")
+    return None
+
+
+ENTRIES = [(page, figure) for page, figures in FIGURES.items() for figure in figures]
 
 
 def test_the_table_names_every_page_once():
     assert list(FIGURES) == PAGES and list(NOT_MEASURED) == PAGES
 
 
-@pytest.mark.parametrize(("page", "typed", "source", "key", "form"), ENTRIES,
-                         ids=[f"{page}:{typed}" for page, typed, *_ in ENTRIES])
-def test_each_typed_figure_is_its_files_value(page, typed, source, key, form):
-    """A new run changes the file; the page must then say what the file says."""
-    value = form.format(lookup(source, key))
-    assert value == typed, (
-        f"{page} types {typed!r} for {source} {list(key)}, whose value is now {value!r}: update the page "
-        f"and this table")
-    assert typed in text(page), f"{page} does not type {typed!r} ({source} {list(key)}) any more"
+@pytest.mark.parametrize(("page", "figure"), ENTRIES,
+                         ids=[f"{page}:{figure.anchor}" for page, figure in ENTRIES])
+def test_each_typed_figure_is_its_files_value(page, figure):
+    """A new run changes the file; the page must then say what the file says, where it says it."""
+    assert figure_mismatch(page, figure, Results()) is None, figure_mismatch(page, figure, Results())
+    where = anchor_span(text(page), figure)
+    assert not isinstance(where, str), f"{page}: {where}"
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_figure_a_page_types_is_accounted_for(page):
-    typed = set(figures_typed(page))
-    sourced = {entry[0].lstrip("+-") for entry in FIGURES[page]}  # "-1.47" accounts for the 1.47 found
-    allowed = NOT_MEASURED[page]
-    unexplained = sorted(typed - sourced - set(allowed))
+    """Each figure, at its place: inside its own entry's figure, or inside a phrase NOT_MEASURED lists."""
+    page_text = text(page)
+    checked = [anchor_span(page_text, figure) for figure in FIGURES[page]]
+    explained = [span for phrase in NOT_MEASURED[page] for span in places(page_text, phrase)]
+    unexplained = [(found, page_text[max(0, start - 30):end + 10].replace("\n", " "))
+                   for start, end, found in figure_spans(page_text)
+                   if not covered((start, end), [span for span in checked if not isinstance(span, str)])
+                   and not covered((start, end), explained)]
     assert not unexplained, (
         f"{page} types {unexplained}: list a measured figure in FIGURES with the file and key it comes "
-        f"from, a figure of the paper or a setting in NOT_MEASURED with the reason, or remove it")
-    assert len({repr(entry) for entry in FIGURES[page]}) == len(FIGURES[page]), f"{page}: an entry twice"
-    both = sorted(sourced & set(allowed))
-    assert not both, f"{page}: {both} both in FIGURES and in NOT_MEASURED"
-    unused = sorted(set(allowed) - typed)
-    assert not unused, f"{page}: NOT_MEASURED lists {unused}, which the page does not type"
-    assert all(reason.strip() for reason in allowed.values())
+        f"from (and a phrase where the page types it twice), a figure of the paper or a setting in "
+        f"NOT_MEASURED by a phrase around it with the reason, or remove it")
+    assert len({repr(figure) for figure in FIGURES[page]}) == len(FIGURES[page]), f"{page}: an entry twice"
+    spans = [(start, end) for start, end, _ in figure_spans(page_text)]
+    unused = [phrase for phrase in NOT_MEASURED[page]
+              if not any(covered(span, places(page_text, phrase)) for span in spans)]
+    assert not unused, f"{page}: NOT_MEASURED lists {unused}, which cover no figure the page types"
+    assert all(reason.strip() for reason in NOT_MEASURED[page].values())
 
 
 @pytest.mark.parametrize("page", ["README.md", "book/results.md", "book/conclusion.md"])
 def test_the_headline_pages_give_the_headline_figures(page):
     """The runs' test BLEU and the seed noise are on each of these pages, from their files."""
-    assert all(entry in FIGURES[page] for entry in HEADLINE + MFU)
+    sources = {repr((figure.source, figure.key)) for figure in FIGURES[page]}
+    assert all(repr((figure.source, figure.key)) in sources for figure in HEADLINE + MFU)
 
 
-def test_typed_figures_are_found_past_version_numbers():
-    sample = "torch 2.13.0+cpu, CUDA 13.0 and PyTorch 2.11: 9,224 steps in 23.0 min, 17.6% (`0.1`)"
+def test_figures_are_found_in_words_and_versions_whole():
+    sample = ("torch 2.13.0+cpu, CUDA 13.0 and PyTorch 2.11: 9,224 steps in 23.0 min, 17.6% (`0.1`), "
+              "six times, half-way, one GPU")
+    assert [found for *_, found in figure_spans(sample)] == [
+        "torch 2.13.0+cpu", "CUDA 13.0", "PyTorch 2.11", "9,224", "23.0 min", "17.6%", "six", "half-way"]
     assert typed_figures(VERSION.sub(" ", sample)) == ["9,224", "23.0 min", "17.6%"]
 
 
-def test_lookup_picks_list_elements_by_their_items():
-    assert lookup(GPU, ("test", AVERAGE_BEAM, "beam")) == 4
-    assert lookup("recipe multi30k-gpu", ("train", "warmup")) == get_recipe("multi30k-gpu").train.warmup
+def test_figures_in_words_are_formatted_from_their_numbers():
+    assert [in_words(3), in_words(11.0), in_words(2.5), in_words(13)] == ["three", "eleven", "2.5", "13"]
+    assert times(6000 / 1000) == "six times" and times(5826 / 9224) != "half times"
+    assert [share_of_the_way(4000 / 8240), share_of_the_way(7000 / 8240)] == [
+        "half-way", "three-quarters of the way"]
+    assert [minutes(30.0), minutes(5.0), half_hour(30.0), half_hour(23.0)] == [
+        "half an hour", "five minutes", "half hour", "23 minutes"]
+
+
+def test_lookup_picks_list_elements_by_their_items_and_by_data():
+    results = Results()
+    assert results(GPU, "test", AVERAGE_BEAM, "beam") == 4
+    assert results("recipe multi30k-gpu", "train", "warmup") == get_recipe("multi30k-gpu").train.warmup
+    chosen = results(SEARCH, "chosen")
+    assert results(SEARCH, "candidates", {"name": At("chosen")}, "name") == chosen
+    assert results(VALIDATION, lowest("val_nll"), "step") == min(
+        results(VALIDATION), key=lambda row: row["val_nll"])["step"]
     with pytest.raises(AssertionError, match="2 elements match"):
-        lookup(GPU, ("test", {"averaged": 5}))
+        results(GPU, "test", {"averaged": 5})
+
+
+# Verdicts: what the appendix's rule says of the files' numbers.
+
+def rule_noise(results: Results) -> float:
+    """s, the appendix's noise: the sample standard deviation of the recipe's seeds on validation."""
+    return statistics.stdev(results(SEEDS, "runs", each("val")))
+
+
+def single(results: Results, ours: float, theirs: float) -> str:
+    return judge([ours], [theirs], noise=rule_noise(results)).word
+
+
+def all_of(words: list[str]) -> str:
+    """One word when every comparison reached it, else every word, so that a message shows them."""
+    return words[0] if len(set(words)) == 1 else " / ".join(words)
+
+
+def lever(results: Results, name: str) -> str:
+    """A lever against the recipe's run of the same seed: paired over seeds, or single runs."""
+    runs = results(LEVERS, "levers", name, "runs")
+    ours, theirs = [run["val"] for run in runs], [run["recipe_val"] for run in runs]
+    if len(runs) > 1:
+        return judge(ours, theirs, paired=True).word
+    return judge(ours, theirs, noise=rule_noise(results)).word
+
+
+def bpe_dropout(results: Results) -> str:
+    return lever(results, "bpe-dropout")
+
+
+def rdrop(results: Results) -> str:
+    return all_of([lever(results, "rdrop"), lever(results, "rdrop-alpha5")])
+
+
+def levers_lift(results: Results) -> str:
+    """'did not lift': no lever is better than the recipe."""
+    words = [lever(results, name) for name in results(LEVERS, "levers")]
+    return "better" if "better" in words else "no better"
+
+
+def search_lead(results: Results) -> str:
+    """The GPU search's chosen candidate against the best of the others, one run each, on validation."""
+    chosen, candidates = results(SEARCH, "chosen"), results(SEARCH, "candidates")
+    ours = next(c["val_beam"] for c in candidates if c["name"] == chosen)
+    return single(results, ours, max(c["val_beam"] for c in candidates if c["name"] != chosen))
+
+
+def search_kept_highest(results: Results) -> str:
+    chosen, best = results(SEARCH, "chosen"), results(SEARCH, "candidates", highest("val_beam"), "name")
+    return "highest" if chosen == best else f"not the highest ({best} is)"
+
+
+def decoding_highest(results: Results) -> str:
+    best = max(row["val_beam"] for row in results(GPU, "decoding"))
+    return "highest" if results(GPU, "val_beam") == best else f"not the highest ({best} is)"
+
+
+def decoding_lead(results: Results) -> str:
+    first, second = sorted((row["val_beam"] for row in results(GPU, "decoding")), reverse=True)[:2]
+    return single(results, first, second)
+
+
+def gpu_against_seeds(results: Results) -> str:
+    """The GPU run (one) against the CPU recipe's seeds (three) on the test set, by the rule's s."""
+    seeds = results(SEEDS, "runs", each("test"))
+    return judge([results(GPU, "test", AVERAGE_BEAM, "bleu")], seeds, noise=rule_noise(results)).word
+
+
+def gpu_against_cpu_run(results: Results) -> str:
+    return single(results, results(GPU, "test", AVERAGE_BEAM, "bleu"),
+                  results(CPU, "test", "average of the last 3 / beam 4"))
+
+
+def beam_over_greedy(results: Results) -> str:
+    """'scored above greedy ... a tie': beam ahead of greedy in both runs, by less than the rule asks."""
+    pairs = [(results(CPU, "test", f"{model} / beam 4"), results(CPU, "test", f"{model} / greedy"))
+             for model in ("last checkpoint (step_00009224)", "average of the last 3")]
+    pairs += [(results(GPU, "test", beam, "bleu"), results(GPU, "test", greedy, "bleu"))
+              for beam, greedy in ((LAST_BEAM, LAST_GREEDY), (AVERAGE_BEAM, AVERAGE_GREEDY))]
+    if any(beam <= greedy for beam, greedy in pairs):
+        return "greedy as high"
+    return all_of([single(results, beam, greedy) for beam, greedy in pairs])
+
+
+def search_run(results: Results, name: str, score: str = "val_beam4_average_3") -> float:
+    return results(CPU_SEARCH, "30-minute runs", name, score)
+
+
+def warmup(results: Results) -> str:
+    runs = "bpe4000-tokens1000-warmup{}-lr1.0 on AMD EPYC (AVX2)"
+    return single(results, search_run(results, runs.format(3200)), search_run(results, runs.format(4000)))
+
+
+def cooldown(results: Results) -> str:
+    return single(results, search_run(results, "cooldown-0.36 on AMD EPYC"),
+                  search_run(results, "paper-schedule on AMD EPYC"))
+
+
+def vocabulary(results: Results) -> str:
+    ours = search_run(results, "bpe4000-cooldown-0.32 on Intel(R) Xeon(R) Processor")
+    others = ["cooldown-0.32", "bpe-cooldown-0.32"]  # one word vocabulary per language; 8,000 BPE pieces
+    return all_of([single(results, ours, search_run(results, f"{other} on Intel(R) Xeon(R) Processor"))
+                   for other in others])
+
+
+def alpha_highest(results: Results) -> str:
+    best = best_alpha(results.file(CPU_SEARCH))
+    return "highest" if best == get_recipe("multi30k").alpha else f"not the highest ({best} is)"
+
+
+def decoding_choices(results: Results, choice: str) -> list[float]:
+    return [seed["val"][choice] for seed in results(SEEDS, "decoding_choices")]
+
+
+def alpha_paired(results: Results) -> str:
+    return judge(decoding_choices(results, "average of the last 3, alpha 1.4"),
+                 decoding_choices(results, "average of the last 3, alpha 0.6"), paired=True).word
+
+
+def averaging_3_against_5_and_10(results: Results) -> str:
+    table = results(CPU_SEARCH, "decoding word-p0.1")
+    return all_of([single(results, table[f"average 3, alpha {alpha}"], table[f"average {n}, alpha {alpha}"])
+                   for alpha in ("0.6", "1.0") for n in (5, 10)])
+
+
+def averaging_against_last(results: Results) -> str:
+    """On each seed's model: the average of the last 3 against the last checkpoint, one run each."""
+    return all_of([single(results, averaged, last) for averaged, last in zip(
+        decoding_choices(results, "average of the last 3, alpha 1.4"),
+        decoding_choices(results, "last checkpoint, alpha 1.4"), strict=True)])
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A verdict a page types (`word`, inside `phrase`), and the comparison of the files it states."""
+
+    page: str
+    phrase: str
+    word: str
+    reached: Callable[[Results], str]  # the verdict the rule reaches from the files
+
+    @property
+    def says(self) -> str:
+        """The page's word as `judge` words it."""
+        return {"ties": "tie", "a tie": "tie", "about the same": "tie", "not by more than": "tie",
+                "did not lift": "no better"}.get(self.word, self.word)
+
+
+C = Claim
+README, RESULTS_PAGE, CONCLUSION, DEVIATIONS = VERDICT_PAGES
+VERDICTS = [
+    C(README, "it ties with the CPU recipe", "ties", gpu_against_seeds),
+    C(README, "did not lift the CPU recipe", "did not lift", levers_lift),
+    C(RESULTS_PAGE, "twice its standard error: 1.00), worse;", "worse", bpe_dropout),
+    C(RESULTS_PAGE, "-2.35, ties by the rule for single runs", "ties", rdrop),
+    C(RESULTS_PAGE, "CPU recipe's threshold ({ref}`judging-differences`), a tie", "a tie", search_lead),
+    C(RESULTS_PAGE, "kept as the one that scored highest", "highest", search_kept_highest),
+    C(RESULTS_PAGE, "43.15, the highest of the nine decoding settings", "highest", decoding_highest),
+    C(RESULTS_PAGE, "though not by more than the rule", "not by more than", decoding_lead),
+    C(RESULTS_PAGE, "is a tie by the rule", "a tie", gpu_against_seeds),
+    C(CONCLUSION, "at 41.53 (chapter 20): a tie by the rule", "a tie", gpu_against_seeds),
+    C(CONCLUSION, "by less than the rule asks: a tie", "a tie", beam_over_greedy),
+    C(CONCLUSION, "scored about the same", "about the same", gpu_against_cpu_run),
+    C(DEVIATIONS, "(the paper: 4,000, a tie on the validation set", "a tie", warmup),
+    C(DEVIATIONS, "it ties with no cooldown", "ties", cooldown),
+    C(DEVIATIONS, "On the validation set it ties, by the rule", "ties", vocabulary),
+    C(DEVIATIONS, "1.4 scored highest", "highest", alpha_highest),
+    C(DEVIATIONS, "better than 0.6 by the rule", "better", alpha_paired),
+    C(DEVIATIONS, "averaging the last 3 ties with averaging the last 5 or 10", "ties",
+      averaging_3_against_5_and_10),
+    C(DEVIATIONS, "average of 3 ties with the last checkpoint", "ties", averaging_against_last),
+]
+
+TABLE3 = ("chapter 18's claims at the small scale, from runs no result file keeps (the chapter prints them; "
+          "issue 50 moves them to a result file with seeds)")
+NOT_JUDGED: dict[str, dict[str, str]] = {
+    README: {
+        "fails when the two drift apart": "a test failing, not a comparison",
+        "a folder that holds only the notebooks": "a folder's contents, not a comparison",
+        "`annotated_transformer.helpers` holds leaf helpers": "a subpackage's contents, not a comparison",
+        "calls one choice better than another only when": "the rule itself (the appendix), not a verdict",
+        "calls it a tie otherwise": "the rule itself (the appendix), not a verdict",
+    },
+    RESULTS_PAGE: {
+        "was lowest half-way through the run": "a figure: FIGURES checks where the loss was lowest",
+        "**fails** here: (A) one head is worse than the best number of heads": TABLE3,
+        "holds here: (A) too many heads (32) is worse than the best number": TABLE3,
+        "holds here: (B) a smaller key size d_k hurts": TABLE3,
+        "**fails** here: (C) deeper is better": TABLE3,
+        "holds here: (C) wider is better": TABLE3,
+        "**fails** here: (C) a bigger feed-forward layer is better": TABLE3,
+        "**fails** here: (D) dropout helps": TABLE3,
+        "holds here: (D) label smoothing hurts perplexity (ε_ls=0 has the lowest)": TABLE3,
+        "holds here: (D) label smoothing helps BLEU": TABLE3,
+        "**fails** here: (E) learned positions": TABLE3,
+        "(smaller keys hurt, wider is better,": TABLE3,
+        "fewer layers did better": TABLE3,
+        "`pytest -m gpu` holds the tests": "a test suite's contents, not a comparison",
+    },
+    CONCLUSION: {},
+    DEVIATIONS: {
+        "is no better than the worst of them": "beam search's rule for stopping (chapter 11), not a result",
+        "a far better hypothesis": "beam search's rule for stopping (chapter 11), not a result",
+        "breaks ties between": "a BPE trainer's ties between equally frequent pairs, not a verdict",
+        "every batch by length holds a single length": "a batch's contents, not a comparison",
+    },
+}
+
+
+def verdict_mismatch(claim: Claim, results: Results) -> str | None:
+    reached = claim.reached(results)
+    if reached != claim.says:
+        return (f"{claim.page} says {claim.word!r} ({claim.phrase!r}); from the result files, "
+                f"{claim.reached.__name__} (the rule, judging-differences) says {reached!r}: reword the page")
+    return None
+
+
+@pytest.mark.parametrize("claim", VERDICTS, ids=[f"{claim.page}:{claim.phrase}" for claim in VERDICTS])
+def test_each_typed_verdict_is_the_rules(claim):
+    assert verdict_mismatch(claim, Results()) is None, verdict_mismatch(claim, Results())
+    where = inner_span(text(claim.page), claim.phrase, claim.word)
+    assert not isinstance(where, str), f"{claim.page}: {where}"
+
+
+@pytest.mark.parametrize("page", VERDICT_PAGES)
+def test_every_verdict_word_is_accounted_for(page):
+    page_text = text(page)
+    judged = [inner_span(page_text, claim.phrase, claim.word) for claim in VERDICTS if claim.page == page]
+    excused = [span for phrase in NOT_JUDGED[page] for span in places(page_text, phrase)]
+    words = [(m.start(), m.end(), m.group()) for m in VERDICT_WORD.finditer(prose(page_text))]
+    unjudged = [(word, page_text[max(0, start - 40):end + 20].replace("\n", " "))
+                for start, end, word in words
+                if not covered((start, end), [span for span in judged if not isinstance(span, str)])
+                and not covered((start, end), excused)]
+    assert not unjudged, (
+        f"{page} types verdicts {unjudged}: add each to VERDICTS with the comparison of the result files "
+        f"it states (annotated_transformer.helpers.verdicts.judge), or to NOT_JUDGED with the reason")
+    unused = [phrase for phrase in NOT_JUDGED[page]
+              if not any(covered((start, end), places(page_text, phrase)) for start, end, _ in words)]
+    assert not unused, f"{page}: NOT_JUDGED lists {unused}, which cover no verdict word"
+
+
+def test_a_typed_verdict_that_contradicts_the_rule_fails(tmp_path, monkeypatch):
+    """BPE-dropout's "worse" changed to "a tie" in a copy of the results page: the table's entry no
+    longer finds its words, the page's new word is unaccounted for, and an entry rewritten to match
+    the page contradicts the rule."""
+    copy = tmp_path / RESULTS_PAGE
+    copy.parent.mkdir(parents=True)
+    copy.write_text(text(RESULTS_PAGE).replace("1.00), worse;", "1.00), a tie;"), encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    entry = next(claim for claim in VERDICTS if claim.reached is bpe_dropout)
+    with pytest.raises(AssertionError, match="occurs 0 times"):
+        test_each_typed_verdict_is_the_rules(entry)
+    with pytest.raises(AssertionError, match=r"types verdicts \[\('tie'"):
+        test_every_verdict_word_is_accounted_for(RESULTS_PAGE)
+    rewritten = C(RESULTS_PAGE, "standard error: 1.00), a tie;", "a tie", bpe_dropout)
+    with pytest.raises(AssertionError, match=r"bpe_dropout .* says 'worse'"):
+        test_each_typed_verdict_is_the_rules(rewritten)
+
+
+def test_the_levers_file_states_the_rules_verdicts():
+    """multi30k_levers.json keeps a verdict, a margin and 2·SE as strings beside its scores: they are
+    what `judge` says of those scores, and its recipe runs are the seeds' own."""
+    results = Results()
+    for name, entry in results(LEVERS, "levers").items():
+        runs = entry["runs"]
+        assert entry["verdict"] == lever(results, name), name
+        for run in runs:
+            assert run["recipe_val"] == results(SEEDS, "runs", {"seed": run["seed"]}, "val"), (name, run)
+            assert round(run["val"] - run["recipe_val"], 2) == run["difference"], (name, run)
+        if len(runs) > 1:
+            verdict = judge([run["val"] for run in runs], [run["recipe_val"] for run in runs], paired=True)
+            assert entry["two_se"] == round(verdict.threshold, 2), name
+        else:
+            verdict = judge([runs[0]["val"]], [runs[0]["recipe_val"]], noise=rule_noise(results))
+            assert entry["margin"] == round(verdict.threshold, 1), name
+    assert results(SEEDS, "summary", "val", "std") == round(rule_noise(results), 2)
+
+
+# The proof: change one value in a copy of the result files, and a check reports it.
+
+def mismatches(results: Results) -> list[str]:
+    found = [figure_mismatch(page, figure, results) for page, figure in ENTRIES]
+    found += [verdict_mismatch(claim, results) for claim in VERDICTS]
+    return [message for message in found if message]
+
+
+def changed(name: str, change: Callable[[Any], None]) -> Callable[[Path], None]:
+    """A change to one result file of a copied folder: `change` edits its parsed contents in place."""
+    def apply(folder: Path) -> None:
+        path = folder / name
+        data = json.loads(path.read_text(encoding="utf-8"))
+        change(data)
+        path.write_text(json.dumps(data), encoding="utf-8")
+    return apply
+
+
+def set_value(name: str, key: tuple, value: Any) -> Callable[[Path], None]:
+    """The value at `key` (a dict picks a list element) set to `value`."""
+    def change(data: Any) -> None:
+        for part in key[:-1]:
+            data = (next(item for item in data if all(item.get(k) == v for k, v in part.items()))
+                    if isinstance(part, dict) else data[part])
+        data[key[-1]] = value
+    return changed(name, change)
+
+
+def move_lowest_loss(rows: list) -> None:
+    """A new lowest validation loss at step 7000, a hair below step 4000's (which stays as it was)."""
+    at_4000, at_7000 = (next(row for row in rows if row["step"] == step) for step in (4000, 7000))
+    at_7000["val_nll"] = at_4000["val_nll"] - 1e-5
+
+
+def drop_a_candidate(search: dict) -> None:
+    search["candidates"] = [candidate for candidate in search["candidates"] if candidate["name"] != "L6"]
+
+
+# Each change, and a part of the message that must report it.
+CHANGES = {
+    # The levers' BPE-dropout steps, typed as "the same 9,224 steps": an equal figure (the CPU run's
+    # steps) stands elsewhere on the page, and used to vouch for it.
+    "a figure another entry's equal value covered": (
+        set_value(LEVERS, ("levers", "bpe-dropout", "steps"), 9000), "'the same 9,224 steps'"),
+    # R-Drop at α = 5 scoring 39.90 instead of 40.15: -2.60, beyond 2·√2·s, no longer a tie.
+    "a verdict": (set_value(LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "val"), 39.9),
+                  "says 'ties' ('-2.35, ties by the rule"),
+    # The lowest loss at step 7000, still 1.471 to three places: only "half-way" is now untrue.
+    "the step of the lowest validation loss": (changed(VALIDATION, move_lowest_loss), "'half-way'"),
+    "the chosen candidate": (set_value(SEARCH, ("chosen",), "bpe8000"), "'3,047'"),
+    "a torch version": (set_value(CPU, ("hardware", "torch"), "2.13.1+cpu"), "'torch 2.13.0+cpu'"),
+    "a count written as a word": (changed(SEARCH, drop_a_candidate), "'eleven'"),
+    # α = 0.6 on seed 2 at 40.95 instead of 40.51: α = 1.4 is then lower on that seed.
+    "a paired verdict": (
+        set_value(SEEDS, ("decoding_choices", SEED2, "val", "average of the last 3, alpha 0.6"), 40.95),
+        "says 'better'"),
+}
+
+
+def test_the_unchanged_result_files_pass_every_check():
+    assert mismatches(Results()) == []
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_changed_result_file_is_caught(change, tmp_path):
+    """Each change, made to a copy of the result files, is reported by the check named after it."""
+    folder = tmp_path / "results"
+    shutil.copytree(RESULTS, folder, ignore=shutil.ignore_patterns("*.pt", "*.txt", "*.log"))
+    apply, expected = CHANGES[change]
+    apply(folder)
+    reported = mismatches(Results(folder))
+    assert any(expected in message for message in reported), (
+        f"{change}: no check reports it (expected a message with {expected}); reported: {reported}")

@@ -25,12 +25,13 @@ from annotated_transformer.checkpoints import (
     read_checkpoint,
 )
 from annotated_transformer.cli.commands import main
+from annotated_transformer.companions.vocabulary_files import read_vocabularies, vocabularies_sha256
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.run_directory import RunDirectory, run_data_dir
 from annotated_transformer.runs.translation import train_translation
-from annotated_transformer.tokenization import Vocabularies, VocabularyError, encode_pairs, token_batches
+from annotated_transformer.tokenization import VocabularyError, encode_pairs, token_batches
 from annotated_transformer.training import evaluate
 from annotated_transformer.translator import Translator
 
@@ -86,10 +87,10 @@ def test_a_run_writes_only_the_files_of_its_layout(finished):
 
 
 def test_every_checkpoint_records_the_recipe_and_the_fingerprints(finished):
-    vocabs = Vocabularies.load(finished.run_dir / "vocab.json")
+    vocabs = read_vocabularies(finished.run_dir / "vocab.json")
     for path in [*checkpoint_paths(finished.run_dir / "checkpoints"), finished.model_path]:
         extra = read_checkpoint(path)["extra"]
-        assert extra["vocab_sha256"] == vocabs.sha256(), path.name
+        assert extra["vocab_sha256"] == vocabularies_sha256(vocabs), path.name
         assert extra["config_sha256"] == config_sha256(finished.model.config), path.name
         assert extra["recipe"]["d_model"] == 32 and extra["longest_source"] > 0, path.name
 

@@ -568,6 +568,26 @@ def test_a_gpu_without_bfloat16_gets_float16_and_an_explicit_bf16_is_refused(mon
     assert resolve_precision(cuda, "auto") == "bf16"
 
 
+def test_a_gpu_that_only_emulates_bfloat16_gets_float16(monkeypatch):
+    # A T4 (before Ampere) answers is_bf16_supported() with True: it holds bfloat16 values and emulates
+    # their arithmetic, slowly. "auto" asks for native bfloat16, so such a GPU trains in float16.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
+    assert resolve_precision(torch.device("cuda"), "auto") == "fp16"
+
+
+def test_a_step_the_gradient_scaler_skips_is_not_a_divergence():
+    # float16's gradient scaler skips a step whose scaled gradients overflowed (and lowers its scale):
+    # the step's gradient norm is not finite, its loss is, and the model is unchanged. A CPU scaler
+    # whose scale is infinite stands in for a GPU's, and skips every step.
+    t = tiny_trainer(max_steps=3, log_every=1, track_grad_norm=True)
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=math.inf)
+    before = [p.detach().clone() for p in t.model.parameters()]
+    history = t.fit(copy_batches)  # no TrainingDiverged
+    assert [s.step for s in history] == [1, 2, 3]
+    assert all(math.isfinite(s.loss) and not math.isfinite(s.grad_norm) for s in history)
+    assert all(torch.equal(a, b) for a, b in zip(before, t.model.parameters(), strict=True))
+
+
 def test_prefetching_the_next_batches_trains_exactly_the_same():
     runs = [tiny_trainer(max_steps=9, accumulate=2, prefetch=prefetch, model_overrides={"dropout": 0.1})
             for prefetch in (True, False)]

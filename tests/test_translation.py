@@ -16,6 +16,7 @@ from helpers import assert_identical, one_line
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint
 from annotated_transformer.companions.hardware import check_device
+from annotated_transformer.companions.vocabulary_files import vocabularies_sha256, write_vocabularies
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig
@@ -257,12 +258,13 @@ def test_load_reads_the_recipe_and_finds_the_vocabulary(trained):
     translator = Translator.load(trained.run_dir / "model.pt", device="cpu")
     assert (translator.beam_size, translator.alpha) == (trained.recipe.beam_size, trained.recipe.alpha)
     step = Translator.load(checkpoint_paths(trained.run_dir / "checkpoints")[-1], device="cpu")
-    assert step.vocabs.sha256() == translator.vocabs.sha256()  # found above checkpoints/
+    # the vocabulary found above checkpoints/:
+    assert vocabularies_sha256(step.vocabs) == vocabularies_sha256(translator.vocabs)
 
 
 def test_a_vocabulary_of_another_run_is_refused(trained, tmp_path):
     other = build_vocabularies(builtin_corpus("train")[:200], "bpe", 300)
-    other.save(tmp_path / "other.json")
+    write_vocabularies(other, tmp_path / "other.json")
     with pytest.raises(VocabularyError, match="not the vocabulary"):
         Translator.load(trained.run_dir, tmp_path / "other.json", device="cpu")
     smaller = build_vocabularies(builtin_corpus("train")[:50], "bpe", 120)

@@ -11,13 +11,12 @@ from annotated_transformer import variations
 from annotated_transformer.model import TransformerConfig, config_parameter_count
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs import experiments
-from annotated_transformer.runs.experiments import run_variants
+from annotated_transformer.runs.experiments import results_table, run_variants
 from annotated_transformer.training import TrainConfig
 from annotated_transformer.variations import (
     SCALES,
     Scale,
     check_claims,
-    results_table,
     table3_variants,
 )
 

@@ -1,4 +1,4 @@
-"""The file of a translation direction's vocabularies, which chapter 13's `Vocabularies` owns:
+"""The file of a translation direction's vocabularies (annotated_transformer.companions.vocabulary_files):
 what `Vocabularies.save` writes and `Vocabularies.load` reads back or refuses, and the fingerprint
 `sha256` that checkpoints and the cache of encoded corpora record.
 
@@ -10,11 +10,19 @@ import json
 
 import pytest
 
+from annotated_transformer.companions.vocabulary_files import (
+    FORMAT,
+    VERSION,
+    bpe_from_json,
+    bpe_to_json,
+    read_vocabularies,
+    vocabularies_sha256,
+    vocabularies_to_dict,
+    write_vocabularies,
+)
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.tokenization import (
     BPE,
-    VOCABULARY_FORMAT,
-    VOCABULARY_VERSION,
     TextEncoder,
     Vocab,
     Vocabularies,
@@ -31,32 +39,26 @@ def tiny() -> Vocabularies:
     return build_vocabularies(PAIRS, "word", min_freq=1)
 
 
-def bpe_to_json(bpe: BPE) -> str:
-    """A BPE model as its Hugging Face tokenizer's JSON, as the vocabulary file keeps it."""
-    return bpe.hf_tokenizer.to_str()
-
-
 def test_the_file_is_the_vocabularies_dict(tmp_path, tiny):
-    path = tiny.save(tmp_path / "vocab.json")
-    assert json.loads(path.read_text(encoding="utf-8")) == tiny.to_dict()
-    loaded = Vocabularies.load(path)
-    assert Vocabularies.from_dict(tiny.to_dict()).sha256() == loaded.sha256() == tiny.sha256()
+    path = write_vocabularies(tiny, tmp_path / "vocab.json")
+    assert json.loads(path.read_text(encoding="utf-8")) == vocabularies_to_dict(tiny)
+    assert vocabularies_sha256(read_vocabularies(path)) == vocabularies_sha256(tiny)
 
 
 def test_the_file_names_its_format_version_kind_and_languages(word_vocabs, bpe_vocabs):
-    data = word_vocabs.to_dict()
-    assert (data["format"], data["version"], data["kind"]) == (VOCABULARY_FORMAT, VOCABULARY_VERSION, "word")
+    data = vocabularies_to_dict(word_vocabs)
+    assert (data["format"], data["version"], data["kind"]) == (FORMAT, VERSION, "word")
     assert (data["source_language"], data["target_language"]) == ("de", "en")
     assert data["source_tokens"] == word_vocabs.source.vocab.get_itos()
     assert data["target_tokens"] == word_vocabs.target.vocab.get_itos()
-    data = bpe_vocabs.to_dict()
+    data = vocabularies_to_dict(bpe_vocabs)
     assert data["kind"] == "bpe" and "source_tokens" not in data
     assert data["bpe"] == json.loads(bpe_to_json(bpe_vocabs.source.bpe))  # the Hugging Face model, whole
 
 
 def test_bpe_json_round_trip(bpe_vocabs):
     bpe = bpe_vocabs.source.bpe
-    restored = Vocabularies.from_dict(bpe_vocabs.to_dict()).source.bpe
+    restored = bpe_from_json(bpe_to_json(bpe))
     assert isinstance(restored, BPE) and restored.vocab == bpe.vocab and restored.merges == bpe.merges
     assert bpe_to_json(restored) == bpe_to_json(bpe)
 
@@ -64,11 +66,12 @@ def test_bpe_json_round_trip(bpe_vocabs):
 def test_vocabularies_save_load_round_trip(tmp_path, word_vocabs, bpe_vocabs):
     texts = [de for de, _ in builtin_corpus("val")[:50]]
     for vocabs in (word_vocabs, bpe_vocabs):
-        path = vocabs.save(tmp_path / vocabs.kind / "vocab.json")
+        path = write_vocabularies(vocabs, tmp_path / vocabs.kind / "vocab.json")
         assert sorted(p.name for p in path.parent.iterdir()) == ["vocab.json"]  # no temporary file left
-        loaded = Vocabularies.load(path)
+        loaded = read_vocabularies(path)
         assert loaded.kind == vocabs.kind and loaded.shared == vocabs.shared
-        assert loaded.sha256() == vocabs.sha256() and loaded.source.vocab == vocabs.source.vocab
+        assert vocabularies_sha256(loaded) == vocabularies_sha256(vocabs)
+        assert loaded.source.vocab == vocabs.source.vocab
         assert loaded.target.vocab == vocabs.target.vocab
         assert loaded.source.encode_batch(texts) == vocabs.source.encode_batch(texts)
 
@@ -81,18 +84,18 @@ def with_vocab(encoder: TextEncoder, vocab: Vocab | None = None, bpe: BPE | None
 
 
 def test_sha256_changes_with_the_vocabulary(tiny, bpe_vocabs):
-    assert Vocabularies(tiny.source, tiny.target).sha256() == tiny.sha256()
+    assert vocabularies_sha256(Vocabularies(tiny.source, tiny.target)) == vocabularies_sha256(tiny)
     more = with_vocab(tiny.target, Vocab([*tiny.target.vocab.get_itos(), "bird"]))
-    assert Vocabularies(tiny.source, more).sha256() != tiny.sha256()
+    assert vocabularies_sha256(Vocabularies(tiny.source, more)) != vocabularies_sha256(tiny)
     swapped = Vocabularies(tiny.target, tiny.source)  # same token lists, other languages
-    assert swapped.sha256() != tiny.sha256()
+    assert vocabularies_sha256(swapped) != vocabularies_sha256(tiny)
     other = BPE.train([["a", "b", "ab", "ab"]], vocab_size=10)
     encoder = with_vocab(bpe_vocabs.source, bpe=other)
-    assert Vocabularies(encoder, encoder).sha256() != bpe_vocabs.sha256()
+    assert vocabularies_sha256(Vocabularies(encoder, encoder)) != vocabularies_sha256(bpe_vocabs)
 
 
 def test_vocabularies_load_errors(tmp_path, tiny):
-    path = tiny.save(tmp_path / "vocab.json")
+    path = write_vocabularies(tiny, tmp_path / "vocab.json")
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
     cases = {
@@ -116,10 +119,10 @@ def test_vocabularies_load_errors(tmp_path, tiny):
         else:
             bad.write_text(content, encoding="utf-8")
         with pytest.raises(VocabularyError, match=message) as error:
-            Vocabularies.load(bad)
+            read_vocabularies(bad)
         assert str(bad) in str(error.value), name
     with pytest.raises(FileNotFoundError, match=r"no vocabulary file at .*nothing\.json"):
-        Vocabularies.load(tmp_path / "nothing.json")
+        read_vocabularies(tmp_path / "nothing.json")
     with pytest.raises(FileNotFoundError):
-        Vocabularies.load(tmp_path)  # a folder is not a file
+        read_vocabularies(tmp_path)  # a folder is not a file
 

@@ -64,7 +64,8 @@ from annotated_transformer.recipes import RECIPES, Recipe
 from annotated_transformer.runs.run_directory import RunDirectory, peek_extra, read_json, run_data_dir
 from annotated_transformer.training import TrainingDiverged
 from annotated_transformer.companions.translation_checks import TrainingWarning
-from annotated_transformer.runs.translation import TrainingRun, train_translation
+from annotated_transformer.runs.translation import train_translation
+from annotated_transformer.runs.translation_files import TrainingRun
 from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
 
 __all__ = [

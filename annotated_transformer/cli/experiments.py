@@ -6,7 +6,7 @@ named scale from a shell, `python -m annotated_transformer experiment table3 --s
 # %% auto #0
 __all__ = ['add_experiment_command']
 
-# %% ../../book/18_variations.ipynb #e3636197
+# %% ../../book/18_variations.ipynb #05f47e60
 import argparse
 import functools
 from collections.abc import Callable
@@ -15,8 +15,8 @@ from pathlib import Path
 from . import commands as cli
 from ..companions.hardware import check_device
 from ..recipes import Recipe
-from ..runs.experiments import run_variants
-from ..variations import SCALES, Variant, results_table
+from ..runs.experiments import results_table, run_variants
+from ..variations import SCALES, Variant
 
 
 def _run_experiment(

@@ -5,6 +5,10 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `hardware` (chapter 9, §5.2): the device a run uses, checked before any work, and a description of
   the machine.
 - `run_layout` (chapter 10): where each file of a run directory lives (`RunDirectory`).
+- `checkpoint_upgrades` (chapter 10): the checkpoints that earlier releases wrote (format versions 1
+  and 2), their digests checked and their contents given today's layout.
+- `vocabulary_files` (chapter 13): the file of a translation direction's `Vocabularies`
+  (`vocab.json`), read, written and fingerprinted.
 - `corpus_cache` (chapter 13): the cache of encoded corpora, and BPE-dropout's new sample of the
   training words every epoch (`training_batches`).
 - `recipe_settings` (chapter 14): a recipe as one flat dict of its settings and back, and its checks.

@@ -33,6 +33,7 @@ from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs
                                                 encode_pairs, token_batches)
 
 from annotated_transformer.helpers.input_checks import check_pairs
+from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 
 __all__ = ["cached_encode_pairs", "corpus_key", "dropout_epochs", "pack", "sample_ids", "training_batches",
            "unpack"]
@@ -60,7 +61,7 @@ def unpack(packed: dict[str, torch.Tensor]) -> list[list[int]]:
 def corpus_key(pairs: Sequence[tuple[str, str]], vocabs: Vocabularies) -> str:
     """A SHA-256 of the text and the vocabularies: the cache entry of exactly this encoding."""
     pairs = check_pairs(pairs)
-    digest = hashlib.sha256(vocabs.sha256().encode())
+    digest = hashlib.sha256(vocabularies_sha256(vocabs).encode())
     for source, target in pairs:
         digest.update(source.encode("utf-8") + b"\x00" + target.encode("utf-8") + b"\x01")
     return digest.hexdigest()

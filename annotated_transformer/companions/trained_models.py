@@ -12,6 +12,7 @@ from annotated_transformer.companions.run_layout import RunDirectory
 from annotated_transformer.helpers.input_checks import shown as _shown
 from annotated_transformer.model import Transformer
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
+from annotated_transformer.companions.vocabulary_files import read_vocabularies, vocabularies_sha256
 
 __all__ = ["check_fingerprint", "check_path", "read_run_model"]
 
@@ -21,7 +22,7 @@ def check_fingerprint(vocabs: Vocabularies, expected: str | None, message: str) 
     (what a checkpoint recorded; None when it recorded none): the one comparison of a vocabulary with
     the model it is meant for. Two vocabularies of the same size fit the same model, and only the
     fingerprint tells them apart."""
-    if expected is not None and expected != vocabs.sha256():
+    if expected is not None and expected != vocabularies_sha256(vocabs):
         raise VocabularyError(message)
 
 
@@ -53,7 +54,7 @@ def read_run_model(
     if vocab is None:
         vocab = RunDirectory.vocab_of(checkpoint)
     data = read_checkpoint(checkpoint)
-    vocabs = Vocabularies.load(vocab)
+    vocabs = read_vocabularies(vocab)
     check_fingerprint(vocabs, data["extra"].get("vocab_sha256"),
                       f"{vocab} is not the vocabulary {checkpoint} was trained with (fingerprints differ); "
                       f"use the vocab.json from the same run directory")

@@ -12,4 +12,5 @@
 - `book_figures`: the result files the package ships, and `glue`, which hands a figure a chapter
   computed to the book's prose.
 - `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
+- `verdicts`: `judge`, the appendix's rule for "better", "worse" or "tie" as code.
 """

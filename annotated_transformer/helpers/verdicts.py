@@ -97,7 +97,7 @@ def _paired(ours: list[float], theirs: list[float], sign: float, noise: float | 
     threshold = 2 * statistics.stdev(differences) / math.sqrt(len(differences))
     word = _word(margin, threshold)
     # A mean carried by most seeds while one goes the other way (or shows no difference) is a tie.
-    if word == "better" and min(differences) <= 0 or word == "worse" and max(differences) >= 0:
+    if (word == "better" and min(differences) <= 0) or (word == "worse" and max(differences) >= 0):
         word = "tie"
     return Verdict(word, margin, threshold, PAIRED, (len(ours), len(theirs)))
 

@@ -15,6 +15,7 @@ from annotated_transformer.companions.trained_models import check_fingerprint
 from annotated_transformer.model import TransformerConfig, config_sha256
 from annotated_transformer.runs.run_directory import RunDirectory, note, recorded, set_aside
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
+from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 
 __all__ = ["BUILT_FROM", "VOCABULARY_SETTINGS", "check_rebuilt_vocabulary", "check_run_vocabulary", "run_fingerprint"]
 
@@ -28,7 +29,7 @@ def run_fingerprint(recipe: Any, vocabs: Vocabularies, config: TransformerConfig
     """What every checkpoint of a run records about it: the recipe (its flat dict), and the
     fingerprints (SHA-256) of the vocabularies and the model configuration, which every reader of a
     checkpoint compares."""
-    return {"recipe": recipe.to_dict(), "vocab_sha256": vocabs.sha256(), "config_sha256": config_sha256(config)}
+    return {"recipe": recipe.to_dict(), "vocab_sha256": vocabularies_sha256(vocabs), "config_sha256": config_sha256(config)}
 
 
 def _check_vocabulary(run: RunDirectory | Path, vocabs: Vocabularies, problem: str, remedy: str) -> None:
