@@ -184,6 +184,20 @@ def test_package_is_in_sync_with_notebooks(tmp_path):
     )
 
 
+def test_make_export_in_a_checkout_changes_nothing(tmp_path):
+    """`make export` where the hand-written modules are (a checkout, not an empty folder) leaves
+    every file of the package as it is: nbdev 3 would rewrite the package's docstring into a list of
+    the hand-written modules, which tools/export.py prevents."""
+    shutil.copytree(BOOK, tmp_path / "book", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(PACKAGE, tmp_path / "annotated_transformer", ignore=shutil.ignore_patterns("__pycache__"))
+    result = run([sys.executable, str(ROOT / "tools" / "export.py")], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, f"tools/export.py failed:\n{result.stdout}\n{result.stderr}"
+    before, after = package_files(PACKAGE), package_files(tmp_path / "annotated_transformer")
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    assert not changed, f"`make export` in a checkout changes {changed}: {EXPORT_HINT}"
+
+
 # --- the package's import and public API --------------------------------------------------------
 
 
