@@ -3,9 +3,12 @@
 `make browser-test` opens every page of _build/html in headless Chromium, offline (see
 tools/browser_test.py). These tests run its core, check_page(), on small hand-made pages: a page
 whose math renderer is missing must be reported (raw TeX, formulas not typeset), the same page with
-the bundled MathJax must be clean, and each other kind of defect must be reported. They need
-Debian's chromium and Playwright, and are skipped without them (`make browser-test` installs
-chromium). The Sphinx extensions in tools/sphinx_ext are tested on document trees, without a browser.
+the bundled MathJax must be clean, and each other kind of defect must be reported; an interactive
+chart drawn with the book's own copy of Vega must be found drawn and responding, and one whose
+scripts are missing, or that does not respond to the pointer or to its controls, must be reported.
+They need Debian's chromium and Playwright, and are skipped without them (`make browser-test`
+installs chromium). The Sphinx extensions in tools/sphinx_ext are tested on document trees, without
+a browser, and the chapters' chart cells (tools/chart_cells.py) on the notebooks.
 """
 
 import base64
@@ -13,9 +16,13 @@ import importlib.util
 from pathlib import Path
 
 import browser_test  # tools/ and tools/sphinx_ext are on pytest's pythonpath (pyproject.toml)
+import chart_cells
 import dedupe_scripts
 import hide_nbdev_directives
+import nbformat
 import pytest
+import vega_charts
+import vendor_vega
 from browser_test import Numbering, check_page, numbering_problems
 from docutils import nodes
 from docutils.frontend import get_default_settings
@@ -84,6 +91,81 @@ def test_dedupe_scripts():
     ]
     unique = dedupe_scripts.dedupe(scripts)
     assert unique == [scripts[0], scripts[1], scripts[4], scripts[5]]
+
+
+# --- the interactive charts: the extension, the vendored Vega, the chart cells --------------------
+
+SCHEMA = "https://vega.github.io/schema/vega-lite/v5.20.1.json"
+
+
+class _Logger:
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, message: str, **kwargs) -> None:
+        self.warnings.append(message)
+
+
+class _Renderer:  # what VegaLiteRenderer.handle_mime uses of MyST-NB's NbElementRenderer
+    def __init__(self) -> None:
+        self.logger = _Logger()
+
+
+def test_vega_lite_outputs_render_as_charts_in_html_only():
+    from myst_nb.core import render
+
+    vega_charts.register_renderer()
+    vega_charts.register_renderer()  # idempotent
+    renderers = render.load_mime_renders()
+    assert renderers.count(vega_charts.VegaLiteRenderer) == 1
+    html = render.get_mime_priority("html", [])
+    assert html.index(vega_charts.MIME_TYPE) < html.index("text/html")
+    latex = render.get_mime_priority("latex", [])  # the note below, not Altair's text/plain
+    assert latex.index(vega_charts.MIME_TYPE) < latex.index("text/plain")
+
+    spec = {"$schema": SCHEMA, "description": "A <small> chart", "data": {"values": [{"a": "</script>"}]},
+            "mark": "point"}
+    data = render.MimeData(vega_charts.MIME_TYPE, spec)
+    raw, note = vega_charts.VegaLiteRenderer.handle_mime(_Renderer(), data, False)
+    assert raw["format"] == "html" and "vega-chart-output" in raw["classes"]
+    assert '<div class="vega-chart" role="figure" aria-label="A &lt;small&gt; chart">' in raw.astext()
+    assert "</script>\"}" not in raw.astext() and '"a":"<\\/script>"' in raw.astext()
+    assert note["expr"] == "not html" and "online book" in note.astext()
+    assert vega_charts.has_chart(nodes.section("", raw)) and not vega_charts.has_chart(nodes.section())
+    html_output = render.MimeData("text/html", "<b>bold</b>")
+    assert vega_charts.VegaLiteRenderer.handle_mime(_Renderer(), html_output, False) is None
+
+    renderer = _Renderer()
+    newer = render.MimeData(vega_charts.MIME_TYPE, {**spec, "$schema": SCHEMA.replace("v5.20.1", "v6.1.0")})
+    assert vega_charts.VegaLiteRenderer.handle_mime(renderer, newer, False) == []
+    assert "a chart for Vega-Lite 6, but the book ships Vega-Lite 5" in renderer.logger.warnings[0]
+
+
+def test_vendored_vega_is_what_its_readme_records():
+    assert vendor_vega.check() == []
+    shipped = {path.name for path in vendor_vega.TARGET.iterdir()}
+    for script in vega_charts.SCRIPTS:
+        assert (vendor_vega.TARGET.parent / script).is_file(), script
+    assert {"vega.LICENSE", "vega-lite.LICENSE", "vega-embed.LICENSE", "README.md"} <= shipped
+    # The copy of Vega-Lite is the version Altair's charts name.
+    altair = pytest.importorskip("altair", reason="Altair is not installed (make setup)")
+    assert vendor_vega.PACKAGES["vega-lite"][0] == altair.VEGALITE_VERSION
+    assert altair.SCHEMA_VERSION.startswith(f"v{vega_charts.VEGALITE_MAJOR}.")
+
+
+def test_chart_cells_are_hidden_and_hold_one_small_chart():
+    charted = {}
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        assert chart_cells.problems(notebook) == [], path.name
+        cells = chart_cells.chart_cells(notebook)
+        if cells:
+            charted[path.stem] = len(cells)
+        for cell in cells:  # scaffolding of the book, never a part of the package
+            assert not any(line.lstrip().startswith("#|") for line in cell.source.splitlines()), path.name
+            # Whoever runs the chapter (nbval, tools/execute_notebooks.py) writes what the book draws.
+            assert 'alt.renderers.enable("mimetype")' in cell.source, path.name
+    assert charted == {"07_optimizer": 1, "14_translation": 1, "17_why_self_attention": 1}
 
 
 # --- the numbering of the pages ---------------------------------------------------------------
@@ -269,3 +351,88 @@ def test_code_that_scrolls_sideways_is_reported(context, tmp_path):
     assert "scrolls sideways in a 1440-pixel window (2 of 6 code blocks)" in problems, problems
     assert "code cell 1" in problems and "code cell 3" in problems and "output" not in problems, problems
     assert f"a line of {len(long_line)} characters: x = 1  # a comment" in problems, problems
+
+
+# --- interactive charts in a browser, on hand-made pages ------------------------------------------
+
+# A bar chart as the book's charts are: a control that chooses what is drawn, bars that the pointer
+# highlights, a tooltip.
+RESPONSIVE_CHART = {
+    "$schema": SCHEMA,
+    "data": {"values": [{"x": "a", "y": 1, "g": 1}, {"x": "b", "y": 3, "g": 1},
+                        {"x": "a", "y": 2, "g": 2}, {"x": "b", "y": 1, "g": 2}]},
+    "params": [
+        {"name": "group", "value": 1, "bind": {"input": "radio", "options": [1, 2], "name": "group "}},
+        {"name": "hover", "select": {"type": "point", "on": "pointerover", "fields": ["x"]}},
+    ],
+    "transform": [{"filter": "datum.g == group"}],
+    "mark": "bar",
+    "encoding": {
+        "x": {"field": "x", "type": "nominal"},
+        "y": {"field": "y", "type": "quantitative"},
+        "opacity": {"condition": {"param": "hover", "value": 1, "empty": False}, "value": 0.4},
+        "tooltip": [{"field": "y", "type": "quantitative"}],
+    },
+}
+# The same bars with neither highlight nor tooltip, and a control that nothing reads.
+QUIET_CHART = {
+    **{key: value for key, value in RESPONSIVE_CHART.items() if key != "transform"},
+    "params": [
+        {"name": "unused", "value": 1, "bind": {"input": "radio", "options": [1, 2], "name": "unused "}},
+    ],
+    "encoding": {"x": {"field": "x", "type": "nominal"}, "y": {"field": "y", "type": "quantitative"}},
+}
+
+
+def chart_page(*specs: dict) -> str:
+    """A page as tools/sphinx_ext/vega_charts.py writes one: the book's scripts, then the charts."""
+    scripts = "".join(f'<script src="_static/{script}"></script>' for script in vega_charts.SCRIPTS)
+    return page("<h1>Charts</h1>" + "".join(vega_charts.chart_html(spec) for spec in specs), head=scripts)
+
+
+def chart_site(tmp_path: Path, html: str, vega: bool = True) -> Path:
+    """A site with the page and the book's chart script; with the book's copy of Vega when `vega`."""
+    static = tmp_path / "_static"
+    static.mkdir()
+    (static / "vega-charts.js").symlink_to(ROOT / "book" / "_static" / "vega-charts.js")
+    if vega:
+        (static / "vega").symlink_to(vendor_vega.TARGET, target_is_directory=True)
+    (tmp_path / "charts.html").write_text(html, encoding="utf-8")
+    return tmp_path
+
+
+def test_a_chart_that_draws_and_responds_is_clean(context, tmp_path):
+    root = chart_site(tmp_path, chart_page(RESPONSIVE_CHART))
+    report = check_page(context, root / "charts.html", root, charts=1)
+    assert report.problems == [] and report.charts == 1, report
+
+
+def test_a_chart_without_its_scripts_is_reported(context, tmp_path):
+    root = chart_site(tmp_path, chart_page(RESPONSIVE_CHART), vega=False)
+    report = check_page(context, root / "charts.html", root, charts=1)
+    problems = "\n".join(report.problems)
+    assert "local files missing (3)" in problems and "vega-embed.min.js" in problems, problems
+    assert "chart 1 did not draw (This interactive chart could not be drawn: Vega-Embed did not load" \
+        in problems, problems
+    assert report.charts == 0
+
+
+def test_a_chart_that_does_not_respond_is_reported(context, tmp_path):
+    root = chart_site(tmp_path, chart_page(RESPONSIVE_CHART, QUIET_CHART))
+    report = check_page(context, root / "charts.html", root, charts=3)
+    problems = "\n".join(report.problems)
+    assert "expected 3 interactive charts, found 2" in problems, problems
+    assert "chart 1" not in problems and report.charts == 1, problems
+    assert "chart 2 does not respond: hovering its marks changed nothing (no highlight, no tooltip); " \
+        "changing its control 'unused' (radio) redrew nothing" in problems, problems
+
+
+def test_expected_charts_counts_the_notebooks_vega_lite_outputs(tmp_path):
+    cells = [nbformat.v4.new_code_cell("chart"), nbformat.v4.new_code_cell("")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.cells[0].outputs = [nbformat.v4.new_output(
+        "display_data", data={vega_charts.MIME_TYPE: {"$schema": SCHEMA}, "text/plain": "chart"})]
+    nbformat.write(notebook, tmp_path / "chapter.ipynb")
+    assert browser_test.expected_charts(tmp_path / "chapter.ipynb") == 1
+    assert browser_test.expected_charts(tmp_path / "missing.ipynb") == 0
+    assert browser_test.expected_charts(ROOT / "book" / "14_translation.ipynb") == 1

@@ -24,6 +24,12 @@ browser cannot resolve any host name. A page fails when, once it has loaded and 
 - the numbering is wrong: chapter N's title, heading and sidebar entry must start with "N.", the
   sidebar must number the chapters 1, 2, ... without a gap across parts, and the cover page and
   the pages of unnumbered parts (the conclusion) must have no number.
+- an interactive chart (a Vega-Lite output of the chapter, drawn by tools/sphinx_ext/vega_charts.py)
+  is missing, did not draw (no SVG or canvas with marks in its container), or does not respond: the
+  pointer moved onto its first marks must change what it shows (highlighted or selected marks, a
+  tooltip), each of its controls (a select, radio buttons, a slider, a checkbox) must redraw it, and
+  a legend that filters must filter when clicked. A chapter must have as many drawn charts as its
+  notebook has Vega-Lite outputs.
 
 It prints one line per page and a total, and exits 1 when any page has a problem. check_page() is
 the core, used by tests/test_book.py on small hand-made pages to show the checks catch what they say.
@@ -32,6 +38,7 @@ the core, used by tests/test_book.py on small hand-made pages to show the checks
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -185,6 +192,80 @@ async (timeoutMs) => {
 """
 
 
+# The interactive charts (div.vega-chart, see tools/sphinx_ext/vega_charts.py): waits until each has
+# drawn or failed, then describes them. Takes the time limit (ms).
+CHARTS_JS = r"""
+async (timeoutMs) => {
+  const containers = Array.from(document.querySelectorAll("div.vega-chart"));
+  const start = performance.now();
+  while (containers.some((c) => !c.dataset.vegaState) && performance.now() - start < timeoutMs)
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  const hasLegendFilter = (node) => node && typeof node === "object" && (node.bind === "legend" ||
+    Object.values(node).some(hasLegendFilter));
+  return containers.map((container) => {
+    const svg = container.querySelector("svg");
+    const canvas = container.querySelector("canvas");
+    let spec = null;
+    try { spec = JSON.parse(container.querySelector("script.vega-chart-spec").textContent); } catch (e) {}
+    const error = container.querySelector(".vega-chart-error");
+    return {
+      state: container.dataset.vegaState || "not drawn",
+      error: error ? error.textContent : null,
+      marks: svg ? svg.querySelectorAll("g.role-mark > *").length : 0,
+      canvas: !!canvas && canvas.width > 0,
+      controls: Array.from(container.querySelectorAll(".vega-bindings .vega-bind")).map((bind) => {
+        const name = bind.querySelector(".vega-bind-name");
+        const input = bind.querySelector("select, input");
+        return { name: name ? name.textContent.trim() : "?", kind: !input ? "none"
+          : input.tagName === "SELECT" ? "select" : input.type };
+      }),
+      legendFilter: hasLegendFilter(spec),
+    };
+  });
+}
+"""
+
+# What a chart shows now: a digest of its SVG (or canvas) and the text of a visible tooltip.
+CHART_STATE_JS = r"""
+(container) => {
+  const svg = container.querySelector("svg");
+  let text = svg ? svg.outerHTML : "";
+  const canvas = container.querySelector("canvas");
+  if (!svg && canvas) text = canvas.toDataURL();
+  let hash = 0;
+  for (let i = 0; i < text.length; i++) hash = (Math.imul(31, hash) + text.charCodeAt(i)) | 0;
+  const tip = document.getElementById("vg-tooltip-element");
+  const tooltip = tip && tip.classList.contains("visible") ? tip.textContent.trim() : "";
+  return { drawing: `${text.length}:${hash}`, tooltip };
+}
+"""
+
+# Where the pointer goes to hover a chart: on its first marks (a cell of a heat map, a bar, a point,
+# the middle of a line), in the window's coordinates, after scrolling the chart into sight.
+HOVER_POINT_JS = r"""
+(container) => {
+  container.scrollIntoView({ block: "center" });
+  const groups = container.querySelectorAll(
+    "svg g.role-mark.mark-rect, svg g.role-mark.mark-symbol, svg g.role-mark.mark-line, " +
+    "svg g.role-mark.mark-area, svg g.role-mark.mark-arc");
+  for (const group of groups) {
+    for (const item of group.children) {
+      if (item.tagName === "path" && group.classList.contains("mark-line") && item.getTotalLength() > 0) {
+        const point = item.getPointAtLength(item.getTotalLength() / 2);
+        const screen = point.matrixTransform(item.getScreenCTM());
+        return { x: screen.x, y: screen.y };
+      }
+      const box = item.getBoundingClientRect();
+      if (box.width > 0 && box.height > 0) return { x: box.x + box.width / 2, y: box.y + box.height / 2 };
+    }
+  }
+  return null;
+}
+"""
+# How long a chart may take to redraw after the pointer moves or a control changes.
+CHART_SETTLE_MS = 300
+
+
 @dataclass
 class Numbering:
     """What the numbering of a page must be: chapter `number` (None: the cover page, no number) of
@@ -204,6 +285,7 @@ class PageReport:
     code_blocks: int = 0
     internal_links: int = 0
     external_links: int = 0
+    charts: int = 0
     seconds: float = 0.0
 
     def summary(self, site: Path) -> str:
@@ -216,7 +298,8 @@ class PageReport:
             f"{status} {name}: {self.typeset}/{self.math} formulas typeset, {self.images} images, "
             f"{self.code_blocks} code blocks, "
             f"{self.internal_links} internal links ({self.external_links} external, not followed), "
-            f"{self.seconds:.1f} s"
+            + (f"{self.charts} interactive charts, " if self.charts else "")
+            + f"{self.seconds:.1f} s"
         )
         if self.problems:
             line += f", {len(self.problems)} problems:\n" + "\n".join(f"       - {p}" for p in self.problems)
@@ -300,9 +383,110 @@ def numbering_problems(data: dict, numbering: Numbering) -> list[str]:
     return problems
 
 
-def check_page(context, path: Path, site: Path, numbering: Numbering | None = None) -> PageReport:
+def _change_control(bind, kind: str) -> None:
+    """Set one chart control (a .vega-bind element) to another value, as a reader would."""
+    if kind == "select":
+        select = bind.locator("select")
+        current = select.input_value()
+        values = [value for value in select.locator("option").evaluate_all("(os) => os.map((o) => o.value)")
+                  if value != current]
+        select.select_option(values[-1])
+    elif kind == "radio":
+        bind.locator("input[type=radio]:not(:checked)").last.check()
+    elif kind == "checkbox":
+        bind.locator("input[type=checkbox]").click()
+    else:  # a slider, or a text field: the other end of its range, or another number
+        bind.locator("input").evaluate(
+            "(input) => { input.value = input.type === 'range' ? (input.value === input.max ? input.min : "
+            "input.max) : String(Number(input.value || 0) + 1); "
+            "input.dispatchEvent(new Event('input', { bubbles: true })); "
+            "input.dispatchEvent(new Event('change', { bubbles: true })); }"
+        )
+
+
+def _unresponsive(page, container, chart: dict) -> list[str]:
+    """What one drawn chart does not respond to: the pointer on its marks, each of its controls, a
+    click on its legend when the legend filters (empty: it responds to all)."""
+
+    def state() -> dict:
+        return container.evaluate(CHART_STATE_JS)
+
+    quiet = []
+    # Hover: from the page's corner onto the chart's first marks.
+    page.mouse.move(1, 1)
+    page.wait_for_timeout(CHART_SETTLE_MS)
+    before = state()
+    point = container.evaluate(HOVER_POINT_JS)
+    if point is None:
+        quiet.append("it has no marks to hover")
+    else:
+        page.mouse.move(point["x"], point["y"], steps=4)
+        page.wait_for_timeout(CHART_SETTLE_MS)
+        after = state()
+        if after["drawing"] == before["drawing"] and not after["tooltip"]:
+            quiet.append("hovering its marks changed nothing (no highlight, no tooltip)")
+    page.mouse.move(1, 1)
+
+    # Every control, one after the other.
+    for number, control in enumerate(chart["controls"]):
+        before = state()
+        _change_control(container.locator(".vega-bindings .vega-bind").nth(number), control["kind"])
+        page.wait_for_timeout(CHART_SETTLE_MS)
+        if state()["drawing"] == before["drawing"]:
+            quiet.append(f"changing its control {control['name']!r} ({control['kind']}) redrew nothing")
+
+    # A legend that filters: click its first entry.
+    if chart["legendFilter"]:
+        before = state()
+        symbol = container.locator("svg g.role-legend-symbol path").first
+        box = symbol.bounding_box() if symbol.count() else None
+        if box is None:
+            quiet.append("its legend filters, but it has no entries to click")
+        else:  # the pointer, not the element: Vega finds the legend entry under it
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            page.wait_for_timeout(CHART_SETTLE_MS)
+            if state()["drawing"] == before["drawing"]:
+                quiet.append("clicking its legend filtered nothing")
+    return quiet
+
+
+def check_charts(page, expected: int | None = None) -> tuple[int, list[str]]:
+    """The interactive charts of an open page: (how many drew and respond, the problems). Each must
+    draw marks, change when the pointer moves onto its marks, redraw when any of its controls
+    changes, and filter when its legend is clicked if the legend filters. `expected`: how many
+    charts the page must have (None: any number)."""
+    charts = page.evaluate(CHARTS_JS, PAGE_TIMEOUT_MS)
+    problems = []
+    if expected is not None and len(charts) != expected:
+        problems.append(f"expected {expected} interactive charts, found {len(charts)}")
+    good = 0
+    for index, chart in enumerate(charts):
+        if chart["state"] != "drawn" or not (chart["marks"] or chart["canvas"]):
+            why = chart["error"] or ("no marks in its SVG" if chart["state"] == "drawn" else chart["state"])
+            problems.append(f"chart {index + 1} did not draw ({why})")
+            continue
+        quiet = _unresponsive(page, page.locator("div.vega-chart").nth(index), chart)
+        if quiet:
+            problems.append(f"chart {index + 1} does not respond: " + "; ".join(quiet))
+        else:
+            good += 1
+    return good, problems
+
+
+def expected_charts(notebook: Path) -> int:
+    """How many interactive charts (Vega-Lite outputs) the notebook behind a page has."""
+    if notebook.suffix != ".ipynb" or not notebook.is_file():
+        return 0
+    cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+    return sum(1 for cell in cells for output in cell.get("outputs", [])
+               if any(mime.startswith("application/vnd.vegalite.") for mime in output.get("data", {})))
+
+
+def check_page(context, path: Path, site: Path, numbering: Numbering | None = None,
+               charts: int | None = None) -> PageReport:
     """Open one built page in `context` (a Playwright BrowserContext from browser()), offline, and
-    report every problem a reader would meet on it (see the module's docstring)."""
+    report every problem a reader would meet on it (see the module's docstring). `charts`: how many
+    interactive charts the page must have (None: any number; each must draw and respond)."""
     start = time.perf_counter()
     report = PageReport(path)
     requested, failed, errors = [], [], []
@@ -326,6 +510,7 @@ def check_page(context, path: Path, site: Path, numbering: Numbering | None = No
     try:
         page.goto(path.resolve().as_uri(), wait_until="load", timeout=PAGE_TIMEOUT_MS)
         data = page.evaluate(COLLECT_JS, PAGE_TIMEOUT_MS)
+        report.charts, chart_problems = check_charts(page, charts)
     finally:
         page.close()
 
@@ -373,6 +558,7 @@ def check_page(context, path: Path, site: Path, numbering: Numbering | None = No
         )
     if numbering is not None:
         problems.extend(numbering_problems(data, numbering))
+    problems.extend(chart_problems)
     report.seconds = time.perf_counter() - start
     return report
 
@@ -442,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     with browser(args.chromium) as context:
         for path, numbering in pages:
-            report = check_page(context, path, site, numbering)
+            notebook = ROOT / path.relative_to(site).with_suffix(".ipynb")
+            report = check_page(context, path, site, numbering, charts=expected_charts(notebook))
             reports.append(report)
             print(report.summary(site), flush=True)
     seconds = time.perf_counter() - start
@@ -452,7 +639,8 @@ def main(argv: list[str] | None = None) -> int:
         f"browser-test: {len(reports)} pages, {len(reports) - len(bad)} clean, {len(bad)} with problems "
         f"({sum(len(r.problems) for r in bad)} problems); {formulas[0]}/{formulas[1]} formulas typeset, "
         f"{sum(r.images for r in reports)} images, {sum(r.code_blocks for r in reports)} code blocks, "
-        f"{sum(r.internal_links for r in reports)} internal links; "
+        f"{sum(r.internal_links for r in reports)} internal links, "
+        f"{sum(r.charts for r in reports)} interactive charts; "
         f"offline, {seconds:.1f} s"
     )
     return 1 if bad else 0
