@@ -8,8 +8,6 @@ sacreBLEU, with the attention of every layer and head drawn as in the paper's Fi
 __all__ = ['Validator']
 
 # %% ../book/14_translation.ipynb #c6fa1430
-# The imports of the chapter's main module, `translation`: among them this chapter's `translator`,
-# whose definitions below replace it in this notebook.
 import warnings
 from collections.abc import Sequence
 

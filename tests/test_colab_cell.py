@@ -76,7 +76,7 @@ def test_a_failed_install_says_what_happened_and_what_to_do():
     assert "ANNOTATED_TRANSFORMER_REPO" in message and "run this cell again" in message
 
 
-def test_on_colab_quick_mode_and_a_gpu_for_the_chapters_that_train():
+def test_on_colab_quick_mode_and_a_gpu_for_the_chapters_that_train_on_one():
     _, printed, _ = run_cell("02_attention", installed=True, colab=True)
     assert len(printed) == 1 and "ANNOTATED_TRANSFORMER_QUICK=1" in printed[0]
     for chapter in colab_cell.GPU_CHAPTERS:
@@ -86,10 +86,19 @@ def test_on_colab_quick_mode_and_a_gpu_for_the_chapters_that_train():
         assert not any("GPU" in line for line in printed), (chapter, printed)
 
 
+def test_on_colab_the_chapters_made_for_two_cpu_cores_need_no_gpu():
+    for chapter in colab_cell.CPU_CHAPTERS:
+        for cuda in (False, True):
+            _, printed, _ = run_cell(chapter, installed=True, colab=True, cuda=cuda)
+            assert any("two CPU cores" in line and "needs no GPU" in line for line in printed), printed
+            assert not any("GPU runtime" in line for line in printed), (chapter, printed)
+
+
 def test_gpu_chapters_exist():
     chapters = {path.stem for path in (ROOT / "book").glob("*.ipynb")}
-    assert set(colab_cell.GPU_CHAPTERS) <= chapters
-    assert sorted(int(name.split("_")[0]) for name in colab_cell.GPU_CHAPTERS) == [14, 15, 18, 19, 20]
+    assert set(colab_cell.GPU_CHAPTERS) | set(colab_cell.CPU_CHAPTERS) <= chapters
+    assert sorted(int(name.split("_")[0]) for name in colab_cell.GPU_CHAPTERS) == [15, 18, 19, 20]
+    assert colab_cell.CPU_CHAPTERS == ("14_translation",)  # the multi30k recipe: two CPU cores
 
 
 def test_rewrite_changes_only_the_first_code_cell(tmp_path):

@@ -32,6 +32,7 @@ COMPANION_CHAPTERS = {
     "companions.recipe_settings": 14,
     "companions.translation_checks": 14,
     "companions.trained_models": 14,
+    "companions.attention_explorer": 14,
     "companions.run_layout": 10,
     "companions.checkpoint_upgrades": 10,
     "companions.vocabulary_files": 13,

@@ -376,9 +376,6 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
     },
     "CONTRIBUTING.md": {
         "translates three sentences": "the main job's three example sentences, a setting",
-        "chapter 14 three, chapter 16 one": "how many modules a chapter exports, a fact of the code",
-        "chapter 10 six": "how many modules a chapter exports, a fact of the code",
-        "chapter 14 three, and chapter 19": "how many modules a chapter exports, a fact of the code",
         "nbdev 3": "the nbdev the project is built with, a fact of a tool",
         "in half precision": "a number format (float16), not a figure",
         "with three seeds side by side": "what experiments/multi30k_seeds.py runs, a setting",

@@ -9,8 +9,9 @@ everywhere else it does nothing, so the book, nbval and `make notebooks` run it 
 repository address is one setting: the environment variable ANNOTATED_TRANSFORMER_REPO, read when the
 cell runs, whose default is DEFAULT_REPO below. When pip fails, the cell prints pip's own message and
 says what to do instead of showing a traceback. On Colab it also points to quick mode
-(ANNOTATED_TRANSFORMER_QUICK=1) and, in the chapters that train for real (GPU_CHAPTERS), recommends
-a GPU runtime when none is attached.
+(ANNOTATED_TRANSFORMER_QUICK=1); in the chapters that train for real on a GPU (GPU_CHAPTERS), it
+recommends a GPU runtime when none is attached, and in those whose recipe is made for two CPU cores
+(CPU_CHAPTERS), it says that Colab's CPU runtime is enough.
 
 Only the cell's source changes: its id, metadata (the `hide-input` tag is added if missing),
 execution count and outputs are kept, so a rewritten notebook still counts as executed.
@@ -29,7 +30,9 @@ BOOK = Path(__file__).resolve().parent.parent / "book"
 REPO_ENV = "ANNOTATED_TRANSFORMER_REPO"
 DEFAULT_REPO = "https://github.com/annotated-transformer/annotated-transformer"
 # The chapters that train for real (minutes on a GPU, much longer on Colab's CPU).
-GPU_CHAPTERS = ("14_translation", "15_distributed", "18_variations", "19_layer_norm", "20_gpu")
+GPU_CHAPTERS = ("15_distributed", "18_variations", "19_layer_norm", "20_gpu")
+# The chapters that train for real with a recipe made for two CPU cores, as Colab's CPU runtime has.
+CPU_CHAPTERS = ("14_translation",)
 TAG = "hide-input"
 
 TEMPLATE = '''\
@@ -64,11 +67,19 @@ GPU_LINES = '''\
 '''
 
 
+CPU_LINES = '''\
+    print("This chapter trains for up to half an hour: its recipe is made for two CPU cores, as Colab's CPU "
+          "runtime has, so it needs no GPU.")
+'''
+
+
 def setup_cell(chapter: str) -> str:
     """The source of the set-up cell for `chapter` (a notebook's name without .ipynb), no final newline."""
     text = TEMPLATE.format(repo_env=REPO_ENV, default_repo=DEFAULT_REPO)
     if chapter in GPU_CHAPTERS:
         text += GPU_LINES
+    if chapter in CPU_CHAPTERS:
+        text += CPU_LINES
     return text.rstrip("\n")
 
 
@@ -104,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a cell differs")
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted(BOOK.glob("*.ipynb"))
-    missing = [name for name in GPU_CHAPTERS if not (BOOK / f"{name}.ipynb").exists()]
+    missing = [name for name in (*GPU_CHAPTERS, *CPU_CHAPTERS) if not (BOOK / f"{name}.ipynb").exists()]
     if missing and not args.notebooks:
-        print(f"colab_cell.py: GPU_CHAPTERS names chapters book/ does not have: {missing}", file=sys.stderr)
+        print(f"colab_cell.py: GPU_CHAPTERS or CPU_CHAPTERS names chapters book/ does not have: {missing}",
+              file=sys.stderr)
         return 2
     changed = [path for path in paths if rewrite(path, check=args.check)]
     verb = "differ" if args.check else "rewritten"

@@ -14,4 +14,5 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `recipe_settings` (chapter 14): a recipe as one flat dict of its settings and back, and its checks.
 - `translation_checks` (chapter 14): what training and translating say about their input.
 - `trained_models` (chapter 14): a trained model read back with its vocabulary (`Translator.load`).
+- `attention_explorer` (chapter 14): the attention maps as an interactive chart (Altair, for the book).
 """

@@ -13,4 +13,6 @@
   computed to the book's prose.
 - `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
 - `verdicts`: `judge`, the appendix's rule for "better", "worse" or "tie" as code.
+- `notebook_charts`: Altair's charts as Vega-Lite outputs, which the book draws offline (the
+  interactive charts of chapters 7, 14 and 17; Altair is a dependency of the book only).
 """
