@@ -137,10 +137,11 @@ bench: setup
 # --- authoring ----------------------------------------------------------------------------------
 # The notebooks in book/ are the source; annotated_transformer/ is generated from them.
 
-# tools/export.py runs nbdev-export (keeping chapter 1's package docstring); nbdev imports the export
-# processor that pyproject.toml names (tools/nbdev_modules.py): a chapter exports modules of its own.
+# nbdev imports the export processor that pyproject.toml names (tools/nbdev_modules.py), which lets a
+# chapter export modules of its own with `#| export NAME` and keeps chapter 1's package docstring:
+# the repository goes on PYTHONPATH.
 export: setup
-	$(BIN)/python tools/export.py
+	PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH)) $(BIN)/nbdev-export
 
 notebooks: export
 	$(BIN)/python tools/execute_notebooks.py

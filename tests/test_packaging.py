@@ -155,16 +155,21 @@ def test_environment_yml_matches_pyproject():
 # --- the package is generated from the notebooks ------------------------------------------------
 
 
+def export(folder: Path) -> subprocess.CompletedProcess:
+    """`nbdev-export` in `folder` as `make export` runs it: nbdev imports the export processor that
+    pyproject.toml names (tools/nbdev_modules.py) from the repository, on PYTHONPATH."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return run([tool("nbdev-export")], cwd=folder, env={**os.environ, "PYTHONPATH": path}, timeout=120)
+
+
 def test_package_is_in_sync_with_notebooks(tmp_path):
     shutil.copytree(BOOK, tmp_path / "book", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     # Export into an empty package folder, so that a module no notebook exports any more shows up.
     (tmp_path / "annotated_transformer").mkdir()
-    # As `make export` runs it: tools/export.py (nbdev-export, with the export processor that
-    # pyproject.toml names, tools/nbdev_modules.py, and chapter 1's package docstring kept).
     # Twice: a module of `#| export NAME` cells is written afresh each time, not appended to.
     for _ in range(2):
-        result = run([sys.executable, str(ROOT / "tools" / "export.py")], cwd=tmp_path, timeout=120)
+        result = export(tmp_path)
         assert result.returncode == 0, f"nbdev-export failed:\n{result.stdout}\n{result.stderr}"
 
     committed = package_files(PACKAGE, data=False)
@@ -187,12 +192,12 @@ def test_package_is_in_sync_with_notebooks(tmp_path):
 def test_make_export_in_a_checkout_changes_nothing(tmp_path):
     """`make export` where the hand-written modules are (a checkout, not an empty folder) leaves
     every file of the package as it is: nbdev 3 would rewrite the package's docstring into a list of
-    the hand-written modules, which tools/export.py prevents."""
+    the hand-written modules, which the export processor (tools/nbdev_modules.py) prevents."""
     shutil.copytree(BOOK, tmp_path / "book", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copytree(PACKAGE, tmp_path / "annotated_transformer", ignore=shutil.ignore_patterns("__pycache__"))
-    result = run([sys.executable, str(ROOT / "tools" / "export.py")], cwd=tmp_path, timeout=120)
-    assert result.returncode == 0, f"tools/export.py failed:\n{result.stdout}\n{result.stderr}"
+    result = export(tmp_path)
+    assert result.returncode == 0, f"nbdev-export failed:\n{result.stdout}\n{result.stderr}"
     before, after = package_files(PACKAGE), package_files(tmp_path / "annotated_transformer")
     changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
     assert not changed, f"`make export` in a checkout changes {changed}: {EXPORT_HINT}"

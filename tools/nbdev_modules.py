@@ -10,13 +10,23 @@ the header nbdev gives a module, so that nbdev's append fills a new file, from a
 from an old export. The module's docstring is the string that opens its first cell, moved to the
 top of the file.
 
+Importing it also keeps the package's docstring chapter 1's: nbdev 3 would rewrite
+`annotated_transformer/__init__.py`'s docstring into a "Modules:" list of every module whose own
+docstring runs past three lines (here the hand-written modules of helpers/, companions/, runs/ and
+cli/), so that an export in a checkout, where they exist, would change a generated file. nbdev
+imports the processors before it writes the package's `__init__.py`, so any `nbdev-export` of this
+project (`make export`, or by hand) keeps it.
+
 `make export` puts the repository on PYTHONPATH, so that nbdev can import this file.
 """
 
 import ast
 
+import nbdev.config
 from nbdev.config import get_config
 from nbdev.maker import ModuleMaker
+
+nbdev.config.update_init_mdoc = lambda *args, **kwargs: None  # chapter 1 writes the package's docstring
 
 EXPORTS = ("export", "exporti", "exports")
 
