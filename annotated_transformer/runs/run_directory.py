@@ -60,14 +60,6 @@ class Run(RunDirectory):
         self.settings = settings
         self.writes = is_main_process()
 
-    def recorded(self, key: str) -> tuple[Any, Path | None]:
-        """The newest value of `extra[key]` in the run's checkpoints and model.pt, and its file."""
-        return recorded(self, key)
-
-    def history_records(self) -> list[dict]:
-        """The step records of the run's history.json (`read_history`)."""
-        return read_history(self)
-
 
 def read_json(path: Path) -> Any:
     """The JSON a run file holds; ValueError naming the file when it cannot be read or parsed."""
@@ -298,7 +290,7 @@ def open_run(
             # no other process writes there: rank 0 holds the lock
             if run.writes and directory.is_dir():
                 remove_stale_temporaries(directory)
-        settle_recipe(run, recipe, upgrade, built_from)
+        settle_recipe(run, run.settings, upgrade, built_from)
         if rank_and_world_size()[1] > 1:
             torch.distributed.barrier()
         yield run
