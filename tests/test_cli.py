@@ -236,8 +236,8 @@ def test_translate_and_evaluate_errors(run, tmp_path, capsys):
         ("evaluate", ["RUN_DIR_OR_CHECKPOINT", "--corpus", "--split", "--data-dir", "--no-download",
                       "--beam-size", "--limit", "--output", "--vocab", "--device"]),
         ("average", ["CHECKPOINT", "--last", "--output"]),
-        ("experiment", ["table3", "layer-norm", "--scale", "--out", "--rows", "--workers", "--device",
-                        "--data-dir", "quick", "small", "medium", "paper"]),
+        ("experiment", ["table3", "layer-norm", "--scale", "--out", "--rows", "--seeds", "--workers",
+                        "--device", "--data-dir", "quick", "small", "medium", "paper"]),
     ],
 )
 def test_help_of_each_command(capsys, command, options):
@@ -346,6 +346,13 @@ def test_experiment_trains_the_rows_asked_for_and_reads_them_back(tmp_path, caps
     assert (out / results[0]["run"] / "model.pt").is_file()
     assert main(command) == 0
     assert json.loads((out / "table3.json").read_text()) == results  # read back, not trained again
+    assert main([*command, "--seeds", "2"]) == 0  # seed 0 is the run above, read back; seed 1 is new
+    seeded = json.loads((out / "table3.json").read_text())
+    first = results[0]["run"]
+    assert [(r["run"], r["recipe"]["seed"]) for r in seeded] == [(first, 0), (f"{first}-seed=1", 1)]
+    assert seeded[0] == results[0] and seeded[1]["val_nll"] != results[0]["val_nll"]
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| E |")][-1]
+    assert row.split(" | ")[3] == "2"  # one line for the row, with its two seeds
 
 
 def test_experiment_errors(tmp_path, capsys):

@@ -109,7 +109,8 @@ def test_the_table3_stage_runs_side_by_side_and_checks_convergence(tmp_path):
     out, runs = tmp_path / "out", tmp_path / "runs"
     gpu_finale.main(["table3", "--tiny", "--run-root", str(runs), "--out", str(out)])
     report = json.loads((out / "table3.json").read_text())
-    assert [row["row"] for row in report["rows"]] == ["base×2", "base", "E"] and report["left_out"] == []
+    assert [row["row"] for row in report["rows"]] == ["base×2", "base", "E", "base", "base"]
+    assert [row["recipe"]["seed"] for row in report["rows"][3:]] == [1, 2] and report["left_out"] == []
     doubled, base = report["rows"][0], report["rows"][1]
     assert doubled["steps"] == 2 * base["steps"] == 2 * report["scale"]["recipe"]["max_steps"]
     check = report["convergence"]
@@ -123,7 +124,7 @@ def test_the_table3_stage_stops_at_its_time_and_names_what_it_left_out(tmp_path)
     gpu_finale.main(["table3", "--tiny", "--run-root", str(tmp_path / "runs"), "--out", str(out),
                      "--wait-minutes", "0.01"])
     report = json.loads((out / "table3.json").read_text())
-    assert report["rows"] == [] and len(report["left_out"]) == 3 and report["convergence"] is None
+    assert report["rows"] == [] and len(report["left_out"]) == 5 and report["convergence"] is None
     assert report["exit_status"] != 0
 
 
@@ -131,7 +132,8 @@ def test_the_table3_plan_shares_the_runs_two_experiments_have_in_common():
     args = gpu_finale.parse_args(["table3", "--experiments", "table3", "layer-norm"])
     scale, variants = gpu_finale.table3_plan(args)
     slugs = [variant.slug(scale.base) for variant in variants]
-    assert len(slugs) == len(set(slugs)) == 1 + 19 + 8 - 1  # post-LN with warmup at N=6 is the base
+    # the base's seeds 1 and 2 too; post-LN with warmup at N=6 is the base
+    assert len(slugs) == len(set(slugs)) == 1 + 19 + 2 + 8 - 1
     assert variants[0].row == "base×2" and scale.name == "medium"
 
 

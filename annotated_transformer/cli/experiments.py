@@ -16,7 +16,7 @@ from . import commands as cli
 from ..companions.hardware import check_device
 from ..recipes import Recipe
 from ..runs.experiments import results_table, run_variants
-from ..variations import SCALES, Variant
+from ..variations import SCALES, Variant, with_seeds
 
 
 def _run_experiment(
@@ -35,6 +35,7 @@ def _run_experiment(
                 f"unknown row(s) {sorted(wanted - known)}: the rows of {args.name} are {sorted(known)}"
             )
         variants = [variant for variant in variants if variant.row in wanted]
+    variants = with_seeds(variants, range(args.seeds))
     out = args.out or Path("runs") / f"experiments-{scale.name}"
     print(f"{args.name} at scale {scale.name!r} ({scale.about}): {len(variants)} runs in {out}")
     results = run_variants(variants, scale, out, workers=args.workers, device=args.device,
@@ -64,6 +65,9 @@ def add_experiment_command(commands, experiments: dict[str, Callable[[Recipe], l
     experiment.add_argument("--out", type=Path, metavar="DIR",
                             help="where the runs and the results go (default runs/experiments-SCALE)")
     experiment.add_argument("--rows", metavar="ROWS", help="only these rows, e.g. A,C (default: all)")
+    experiment.add_argument("--seeds", type=cli.positive_int, default=1, metavar="N",
+                            help="train every run with the seeds 0 … N-1 (default 1): their spread is "
+                            "the noise")
     experiment.add_argument("--workers", type=cli.positive_int, default=1,
                             help="runs trained at the same time (CPU: 2 uses two cores best; GPU: 1)")
     experiment.add_argument("--device", type=cli.parse_device,

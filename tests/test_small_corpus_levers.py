@@ -1,0 +1,184 @@
+"""experiments/small_corpus_levers.py: the step arithmetic, the pairing of each lever with the control
+of its seed (same machine, same threads), the verdicts by the appendix's rule, and the tiny mode
+end to end (step costs, control and levers for two seeds, the summary)."""
+
+import hashlib
+import json
+import math
+import statistics
+
+import pytest
+import small_corpus_levers as levers  # experiments/ is on pytest's pythonpath (pyproject.toml)
+
+from annotated_transformer.helpers import verdicts
+
+HARDWARE = {"device": "cpu", "cpu": "AMD EPYC", "cpu_cores": 2, "cpu_kernels": "AVX512", "torch_threads": 1,
+            "torch": "2.13.0+cpu", "processes": 1}
+
+
+def run(name: str, seed: int, val: float, **hardware) -> dict:
+    """A run row as `read_runs` gives it."""
+    info = {**HARDWARE, **hardware}
+    return {"seed": seed, "steps": 9224, "minutes": 30.0, "val": val, "threads": info["torch_threads"],
+            "hardware": info, "run": f"{name}-seed{seed}"}
+
+
+# The step arithmetic: the steps a measured step cost buys in the recipe's 30 minutes.
+
+def test_a_dearer_step_trains_the_steps_its_measured_cost_buys_in_30_minutes():
+    assert levers.budget_steps(9224, 0.18, 2.06) == int(30 * 60 / (0.18 * 2.06)) == 4854
+    assert levers.budget_steps(9224, 0.195, 2.06) == 4480  # a dearer control step: fewer steps
+    # The old formula scaled the recipe's steps by a committed run's 23.0 minutes, whatever the
+    # measured step: it gives the same steps for both control steps, and not these.
+    stale = int(9224 * 30 / (23.0 * 2.06))
+    assert stale == 5840 and stale not in (4854, 4480)
+    assert levers.budget_steps(9224, 0.18, 1.05) == 9224  # within 5%: the control's steps
+    assert levers.budget_steps(9224, 0.18, 1.06) == 9224  # dearer, but 30 minutes buy more than 9,224
+    assert levers.budget_steps(9224, 0.18) == 9224  # the control: 30 minutes buy 10,000 > 9,224
+    assert levers.budget_steps(9224, 0.25) == 7200  # the control's step buys fewer: 7,200
+    assert levers.budget_steps(9224, 0.25, 1.03) == 7200  # and a lever as cheap trains those
+    with pytest.raises(ValueError, match="above 0"):
+        levers.budget_steps(9224, 0.0, 2.0)
+
+
+def test_each_lever_is_planned_from_the_control_step_measured_here():
+    """The committed measurement (0.1357 s, R-Drop 2.065 times): about 6,400 R-Drop steps, not the
+    5,826 of a stale 23.0-minute figure; both alphas and both BPE-dropout p's share a cost."""
+    args = levers.parse([])
+    costs = {"control": {"seconds_per_step": 0.1357, "ratio": 1.0},
+             "bpe-dropout": {"seconds_per_step": 0.1338, "ratio": 0.986},
+             "rdrop": {"seconds_per_step": 0.2802, "ratio": 2.065}}
+    plan = levers.planned_steps(["control", *levers.LEVERS], args, costs)
+    assert plan == {"control": 9224, "bpe-dropout": 9224, "bpe-dropout-0.05": 9224, "rdrop": 6423,
+                    "rdrop-alpha5": 6423}
+    assert plan["rdrop"] != int(9224 * 30 / (23.0 * 2.065)) == 5826
+    slower = {**costs, "control": {"seconds_per_step": 0.2, "ratio": 1.0}}
+    assert levers.planned_steps(["control", "rdrop"], args, slower) == {"control": 9000, "rdrop": 4358}
+
+
+# Pairing: the control's run of the same seed, trained on the same machine with the same threads.
+
+def test_each_lever_run_is_paired_with_the_control_run_of_its_seed():
+    control = [run("control", seed, val) for seed, val in ((2, 40.81), (0, 42.50), (1, 41.72))]
+    lever = [run("bpe-dropout", seed, val) for seed, val in ((1, 40.27), (2, 40.20), (0, 40.16), (3, 39.0))]
+    pairs = levers.pair_runs(lever, control)
+    assert [(ours["seed"], theirs["seed"]) for ours, theirs in pairs] == [(0, 0), (1, 1), (2, 2)]
+    assert [theirs["val"] for _, theirs in pairs] == [42.50, 41.72, 40.81]  # seed 3: no control, left out
+
+
+@pytest.mark.parametrize("changed", [{"torch_threads": 2}, {"cpu_kernels": "AVX2"}, {"torch": "2.12.0+cpu"},
+                                     {"cpu": "Intel Xeon"}])
+def test_runs_of_other_hardware_or_threads_are_not_paired(changed):
+    control = [run("control", 0, 42.5), run("control", 1, 41.7)]
+    lever = [run("rdrop", 0, 41.3), run("rdrop", 1, 41.0, **changed)]
+    with pytest.raises(levers.NotComparable) as error:
+        levers.pair_runs(lever, control)
+    message = str(error.value)
+    assert "\n" not in message and "rdrop-seed1" in message and "control-seed1" in message
+    key = next(iter(changed))
+    assert f"{key} {changed[key]!r} vs {HARDWARE[key]!r}" in message
+    assert len(levers.pair_runs(lever[:1], control)) == 1  # seed 0 alone pairs
+
+
+# The verdict: `judge` over the seeds both have, paired; one seed against the control's noise.
+
+def test_a_levers_verdict_is_the_paired_rule_on_the_seeds_both_have():
+    control = [run("control", seed, val) for seed, val in ((1, 41.72), (2, 40.81), (0, 42.50))]
+    lever = [run("bpe-dropout", seed, val) for seed, val in ((2, 40.20), (0, 40.16), (1, 40.27))]
+    out = levers.lever_verdict(levers.pair_runs(lever, control), [r["val"] for r in control])
+    expected = verdicts.judge([40.16, 40.27, 40.20], [42.50, 41.72, 40.81], paired=True)
+    assert out["seeds"] == [0, 1, 2] and out["differences"] == [-2.34, -1.45, -0.61]
+    assert (out["verdict"], out["margin"], out["threshold"]) == ("worse", -1.47, 1.0)
+    assert (out["margin"], out["threshold"]) == (round(expected.margin, 2), round(expected.threshold, 2))
+    assert out["rule"] == verdicts.PAIRED and out["n"] == [3, 3]
+    # one seed the other way: a tie, whatever the mean
+    lever[1] = run("bpe-dropout", 0, 42.60)
+    assert levers.lever_verdict(levers.pair_runs(lever, control), [42.5, 41.72, 40.81])["verdict"] == "tie"
+
+
+def test_one_seed_is_judged_against_the_controls_seed_noise_or_not_at_all():
+    control = [run("control", 0, 42.50), run("control", 1, 41.72), run("control", 2, 40.81)]
+    noise = statistics.stdev([42.50, 41.72, 40.81])
+    one = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 41.35)], control), [42.50, 41.72, 40.81])
+    assert one["seeds"] == [0] and one["differences"] == [-1.15]
+    assert (one["verdict"], one["rule"]) == ("tie", verdicts.SINGLE_RUNS)
+    assert one["threshold"] == round(2 * math.sqrt(2) * noise, 2) == 2.39
+    far = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control), [42.50, 41.72, 40.81])
+    assert far["verdict"] == "worse"
+    alone = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control[:1]), [42.50])
+    assert alone["verdict"] == "not judged: one seed" and "margin" not in alone
+    none = levers.lever_verdict(levers.pair_runs([run("rdrop", 5, 39.0)], control), [42.50, 41.72, 40.81])
+    assert none["verdict"].startswith("not judged") and none["seeds"] == []
+
+
+def test_rdrops_alpha_is_chosen_on_the_seeds_every_alpha_trained():
+    summary = {"rdrop": {"settings": {"rdrop_alpha": 2.5}, "verdict": "tie",
+                         "runs": [run("rdrop", 0, 41.0), run("rdrop", 1, 41.2), run("rdrop", 2, 30.0)]},
+               "rdrop-alpha5": {"settings": {"rdrop_alpha": 5.0}, "verdict": "worse",
+                                "runs": [run("rdrop-alpha5", 0, 41.5), run("rdrop-alpha5", 1, 40.9)]}}
+    choice = levers.choose_rdrop(summary)
+    assert choice["seeds"] == [0, 1] and choice["chosen"] == "rdrop-alpha5"  # 41.2 over 41.1
+    assert choice["verdict"] == "worse" and choice["mean_val"] == {"rdrop": 41.1, "rdrop-alpha5": 41.2}
+
+
+# The tiny mode, end to end.
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    committed = hashlib.sha256(levers.OUT.read_bytes()).hexdigest()
+    runs_dir = tmp_path_factory.mktemp("levers") / "runs"
+    result = levers.main(["--tiny", "--runs-dir", str(runs_dir), "--seeds", "0", "1", "--cost-threads", "1"])
+    assert hashlib.sha256(levers.OUT.read_bytes()).hexdigest() == committed  # never the committed file
+    return runs_dir, result
+
+
+def test_the_tiny_mode_trains_the_control_and_the_levers_and_judges_them(tiny):
+    runs_dir, result = tiny
+    assert json.loads((runs_dir / "levers.json").read_text(encoding="utf-8")) == result
+    costs = result["step_costs"]
+    kept = json.loads((runs_dir / "step_costs.json").read_text(encoding="utf-8"))  # the plan, for a rerun
+    assert kept == {"step_costs": costs, "step_cost_measurement": result["step_cost_measurement"]}
+    assert set(costs) == {"control", "bpe-dropout", "rdrop"} and costs["control"]["ratio"] == 1.0
+    assert result["step_cost_measurement"]["threads"] == 1
+    control = result["control"]
+    assert [row["seed"] for row in control["runs"]] == [0, 1]
+    assert control["steps"] == result["planned_steps"]["control"]
+    assert set(result["levers"]) == set(levers.DEFAULT_LEVERS)
+    everything = control["runs"] + [row for lever in result["levers"].values() for row in lever["runs"]]
+    assert all(row["hardware"] == result["hardware"] and row["threads"] == 1 for row in everything)
+    assert result["hardware"]["cpu_kernels"] and result["hardware"]["torch"] and result["threads"] == 1
+    for row in everything:
+        assert {"seed", "steps", "minutes", "seconds_per_step", "val", "threads", "hardware"} <= set(row)
+    for name, lever in result["levers"].items():
+        ratio, control_step = costs[levers.cost_name(name)]["ratio"], costs["control"]["seconds_per_step"]
+        planned = levers.budget_steps(levers.TINY_SETTINGS["max_steps"], control_step, ratio,
+                                      result["budget_minutes"])
+        assert lever["steps"] == lever["planned_steps"] == planned, name
+        rows = {row["seed"]: row for row in control["runs"]}
+        assert lever["seeds"] == [0, 1]
+        ours = [row["val"] for row in lever["runs"]]
+        theirs = [rows[row["seed"]]["val"] for row in lever["runs"]]
+        verdict = verdicts.judge(ours, theirs, paired=True)
+        assert (lever["verdict"], lever["margin"], lever["threshold"]) == (
+            verdict.word, round(verdict.margin, 2), round(verdict.threshold, 2)), name
+        assert lever["differences"] == [round(a - b, 2) for a, b in zip(ours, theirs, strict=True)]
+        assert all(row["control_val"] == rows[row["seed"]]["val"] for row in lever["runs"])
+    assert result["rdrop_alpha"]["chosen"] in levers.RDROP_CANDIDATES
+
+
+def test_the_tiny_summary_refuses_runs_of_other_threads(tiny):
+    runs_dir, _ = tiny
+    hardware = runs_dir / "rdrop-seed1" / "hardware.json"
+    saved = hardware.read_text(encoding="utf-8")
+    hardware.write_text(json.dumps({**json.loads(saved), "torch_threads": 2}), encoding="utf-8")
+    try:
+        refused = r"will not pair rdrop-seed1 with control-seed1: .*torch_threads 2 vs 1"
+        with pytest.raises(SystemExit, match=refused):
+            levers.main(["--tiny", "--runs-dir", str(runs_dir), "--seeds", "0", "1", "--score-only"])
+    finally:
+        hardware.write_text(saved, encoding="utf-8")
+
+
+def test_the_tiny_mode_never_writes_the_committed_result():
+    with pytest.raises(SystemExit):
+        levers.parse(["--tiny", "--out", str(levers.OUT)])
