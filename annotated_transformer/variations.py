@@ -337,8 +337,8 @@ def plot_variations(results: Sequence[dict], title: str = ""):
         ax.set_title(f"{label} (base: ours {base_mean:.1f}, paper {base[0]['paper'][index]})")
     axes[0].set_yticks(y, [runs[0]["name"] for runs in others])
     axes[0].invert_yaxis()
-    axes[0].legend(loc="upper right")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))  # room for the legend below
     return fig
