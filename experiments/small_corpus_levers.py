@@ -168,7 +168,9 @@ def measure_step_cost(args: argparse.Namespace) -> tuple[dict, dict]:
                     run = train_translation(recipe.replace(max_steps=steps), Path(tmp) / f"{name}-{steps}",
                                             corpus_options=options, progress=False)
                     times.append(run.minutes * 60)
-                seconds[name] = (times[1] - times[0]) / (long - short)
+                # The tiny mode's runs last a second or two, where a busy machine's noise can exceed the
+                # difference: it takes the longer run's whole time per step, which is always above 0.
+                seconds[name] = times[1] / long if args.tiny else (times[1] - times[0]) / (long - short)
                 print(f"step cost of {name}: {seconds[name]:.4f} s/step", flush=True)
                 if seconds[name] <= 0:
                     raise SystemExit(f"the step cost of {name} measured {seconds[name]:.4f} s: measure again "
