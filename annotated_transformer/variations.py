@@ -287,14 +287,19 @@ def _side(rows: dict[str, list[dict]], side: _Side, metric: str) -> tuple[str, l
     return rows[best][0]["name"], scores[best]
 
 
-def check_claims(results: Sequence[dict]) -> list[dict]:
+def check_claims(results: Sequence[dict], claims: Sequence[Claim] = CLAIMS) -> list[dict]:
     """Each claim judged on our runs by the book's rule: for every pair, the rows compared (a side of
     several rows is its best) and `judge`'s verdict of a against b with the seeds' pooled noise; and
     the claim's verdict, holds, fails or tie. A claim whose rows were not all run, or whose seeds do
-    not vary at all, is left out."""
-    rows = {runs[0]["paper_change"] or "base": runs for runs in rows_of(results).values()}
+    not vary at all, is left out.
+
+    claims: §6.2's by default; a claim names a row by the paper's name for it or by ours (chapter 19's
+    claims use ours)."""
+    by_row = rows_of(results)
+    rows = {runs[0]["paper_change"] or "base": runs for runs in by_row.values()}
+    rows.update(by_row)
     checked = []
-    for claim in CLAIMS:
+    for claim in claims:
         if not claim.rows() <= rows.keys():
             continue
         noise = seed_noise(results, claim.metric)

@@ -10,13 +10,23 @@ import torch
 from helpers import small_config
 
 from annotated_transformer.batching import copy_task, make_batch
-from annotated_transformer.layer_norm import layer_gradient_norms, layer_norm_variants, smooth, stability
+from annotated_transformer.helpers import book_figures
+from annotated_transformer.layer_norm import (
+    check_layer_norm,
+    curves,
+    layer_gradient_norms,
+    layer_norm_claims,
+    layer_norm_variants,
+    run_name,
+    smooth,
+    stability,
+)
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer, rate
 from annotated_transformer.recipes import RECIPES, Recipe
 from annotated_transformer.runs.run_directory import settle_recipe
 from annotated_transformer.training import TrainConfig, Trainer
-from annotated_transformer.variations import SCALES
+from annotated_transformer.variations import SCALES, with_seeds
 
 
 def test_rate_without_ramp_holds_the_peak_then_decays_as_before():
@@ -120,20 +130,79 @@ def test_smooth_is_a_running_mean():
 def history(losses, norms=None):
     norms = norms or [1.0] * len(losses)
     pairs = enumerate(zip(losses, norms, strict=True))
-    return [{"step": i + 1, "loss": x, "grad_norm": g} for i, (x, g) in pairs]
+    return [{"step": i + 1, "loss": x, "grad_norm": g, "lr": 1e-3, "tokens": 10} for i, (x, g) in pairs]
+
+
+def test_curves_keep_the_loss_and_gradient_norm_of_every_step():
+    run_curves = curves([*history([9.123456, 8.5]), {"step": 3, "loss": 8.0}])
+    assert run_curves == {"step": [1, 2, 3], "loss": [9.1235, 8.5, 8.0], "grad_norm": [1.0, 1.0, None]}
 
 
 def test_stability_of_a_smooth_run_and_of_one_that_blew_up():
-    good = stability(history([9 - 0.05 * i for i in range(100)]), window=5)
-    assert not good["diverged"] and good["rise_from_best"] == pytest.approx(0.0)
+    good = stability(curves(history([9 - 0.05 * i for i in range(100)])), window=5)
+    assert not good["diverged"] and good["rise_from_lowest"] == pytest.approx(0.0)
     assert good["final_loss"] == pytest.approx(9 - 0.05 * 97)
     losses = [9 - 0.05 * i for i in range(60)] + [8.0] * 40
-    bad = stability(history(losses, [1.0] * 60 + [50.0] * 40), window=5)
-    assert bad["rise_from_best"] == pytest.approx(8.0 - (9 - 0.05 * 57)) and bad["max_grad_norm"] == 50.0
-    nan = stability(history([9.0, 8.0, float("nan"), 7.0]), window=2)
+    bad = stability(curves(history(losses, [1.0] * 60 + [50.0] * 40)), window=5)
+    assert bad["rise_from_lowest"] == pytest.approx(8.0 - (9 - 0.05 * 57)) and bad["max_grad_norm"] == 50.0
+    nan = stability(curves(history([9.0, 8.0, float("nan"), 7.0])), window=2)
     assert nan["diverged"]
     with pytest.raises(ValueError, match="empty"):
-        stability([])
+        stability(curves([]))
+
+
+def ln_records(bleu: dict[str, list[float]], depths=(3, 6)) -> list[dict]:
+    """Results of every configuration of layer_norm_variants at `depths`, one per seed, with the BLEU
+    of `bleu` by name (10, 10.5, 11 for the others), in the order the command writes them."""
+    base = SCALES["small"].base
+    records = []
+    for variant in with_seeds(layer_norm_variants(base, depths), seeds=(0, 1, 2)):
+        recipe = variant.recipe(base)
+        scores = bleu.get(variant.name, [10.0, 10.5, 11.0])
+        records.append({"name": variant.name, "paper_change": variant.paper_change, "recipe": recipe.to_dict(),
+                        "val_bleu": scores[recipe.train.seed]})
+    return records
+
+
+def test_the_claims_name_the_chapters_configurations():
+    names = {variant.name for variant in layer_norm_variants(SCALES["small"].base)}
+    claims = layer_norm_claims((3, 6))
+    assert [len(claim.pairs) for claim in claims] == [1, 2, 2]
+    assert set().union(*(claim.rows() for claim in claims)) <= names
+    assert claims[0].pairs == ((run_name("post", 3, True), run_name("post", 3, False)),)
+
+
+def test_check_layer_norm_judges_each_question_by_the_rule():
+    """Every configuration's seeds spread by 0.5 (noise 0.5, threshold 2·0.5·√(2/3) = 0.816), so
+    0.9 apart is a difference and 0.7 is not; a claim with one pair ahead and one tied is a tie.
+    The shallower depth of the first claim is the smaller one, whichever order the runs come in."""
+    ahead = {run_name("post", 3, True): [11.4, 11.9, 12.4], run_name("pre", 3, True): [12.3, 12.8, 13.3],
+             run_name("pre", 6, True): [11.2, 11.7, 12.2], run_name("post", 6, True): [10.5, 11.0, 11.5]}
+    records = ln_records(ahead)
+    checks = check_layer_norm(list(reversed(records)))
+    assert [check["verdict"] for check in checks] == ["holds", "tie", "holds"]
+    post, pre, warmup = checks
+    assert post["pairs"][0]["a"] == run_name("post", 3, True)
+    assert post["pairs"][0]["verdict"].margin == pytest.approx(1.4)
+    assert post["pairs"][0]["verdict"].threshold == pytest.approx(2 * 0.5 * (2 / 3) ** 0.5)
+    assert [pair["verdict"].word for pair in pre["pairs"]] == ["better", "tie"]
+    assert [pair["verdict"].margin for pair in pre["pairs"]] == pytest.approx([0.9, 0.7])
+    assert [pair["verdict"].margin for pair in warmup["pairs"]] == pytest.approx([2.3, 1.2])
+
+
+def test_check_layer_norm_on_the_shipped_runs():
+    """The file chapter 19 reads: every configuration with three seeds and its hardware, and curves
+    for every step of every run."""
+    shipped = book_figures.result("layer_norm_small.json")
+    names = [variant.name for variant in layer_norm_variants(SCALES["small"].base)]
+    assert sorted({run["name"] for run in shipped}) == sorted(names)
+    for name in names:
+        runs = [run for run in shipped if run["name"] == name]
+        assert sorted(run["recipe"]["seed"] for run in runs) == [0, 1, 2], name
+    for run in shipped:
+        assert run["hardware"]["cpu_kernels"] and run["hardware"]["torch"], run["run"]
+        assert run["curves"]["step"] == list(range(1, run["steps"] + 1)), run["run"]
+    assert len(check_layer_norm(shipped)) == 3
 
 
 def test_gradient_norms_per_layer():

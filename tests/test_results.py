@@ -44,6 +44,7 @@ from test_figures import NOT_PROSE, TYPED_FIGURE, typed_figures
 
 from annotated_transformer import get_recipe
 from annotated_transformer.helpers.verdicts import judge
+from annotated_transformer.layer_norm import check_layer_norm
 from annotated_transformer.variations import check_claims, seed_noise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +56,7 @@ VERDICT_PAGES = ["README.md", "book/results.md", "book/conclusion.md", "book/dev
 CPU, SEEDS, GPU, BENCH = "multi30k_cpu.json", "multi30k_seeds.json", "gpu/final.json", "gpu/bench.json"
 VALIDATION, SEARCH, CPU_COMPILE = "gpu/validation.json", "gpu/search.json", "cpu_compile.json"
 LEVERS, CPU_SEARCH, TABLE3 = "multi30k_levers.json", "multi30k_search.json", "table3_small.json"
+LAYER_NORM = "layer_norm_small.json"
 # A dict in a key path picks the one element of a list that has those items.
 SEED0, SEED1, SEED2 = {"seed": 0}, {"seed": 1}, {"seed": 2}
 COMPILED = {"implementation": "ours", "compiled": True}
@@ -124,6 +126,20 @@ def best_alpha(search: dict) -> float | str:
             scores = {name: bleu for name, bleu in search[run].items() if name.startswith(averaged + ",")}
             best.add(float(max(scores, key=scores.get).split("alpha ")[1]))
     return best.pop() if len(best) == 1 else f"no single best alpha: {sorted(best)}"
+
+
+def configuration_mean(name: str, metric: str) -> Callable[[list], float]:
+    """The mean over the seeds of one configuration of chapter 19 (or one row of chapter 18)."""
+    return named(f"mean {metric} of {name}",
+                 lambda runs: statistics.fmean(run[metric] for run in runs if run["name"] == name))
+
+
+configurations = named("configurations", lambda runs: len({run["name"] for run in runs}))
+
+
+def seeds_per_configuration(runs: list) -> int | str:
+    counts = {sum(run["name"] == name for run in runs) for name in {run["name"] for run in runs}}
+    return counts.pop() if len(counts) == 1 else f"different numbers of seeds: {sorted(counts)}"
 
 
 # Formats for figures written as words.
@@ -260,6 +276,13 @@ FIGURES: dict[str, list[Figure]] = {
           "kernels are AVX512, torch 2.13.0+cpu"),
         F("0.39", TABLE3, (named("seed_noise BLEU", lambda runs: seed_noise(runs, "val_bleu")),), "{:.2f}"),
         F("0.022", TABLE3, (named("seed_noise nats", lambda runs: seed_noise(runs, "val_nll")),), "{:.3f}"),
+        # Chapter 19's configurations, three seeds each.
+        F("0.52", LAYER_NORM, (named("seed_noise BLEU", lambda runs: seed_noise(runs, "val_bleu")),), "{:.2f}"),
+        F("eight", LAYER_NORM, (configurations,), in_words, "pooled over the eight configurations"),
+        F("0.51", LAYER_NORM, (configuration_mean("post-LN, N=6, warmup", "val_bleu"),), "{:.2f}"),
+        F("0.00", LAYER_NORM, (configuration_mean("post-LN, N=6, no warmup", "val_bleu"),), "{:.2f}"),
+        F("13.83", LAYER_NORM, (configuration_mean("pre-LN, N=6, warmup", "val_bleu"),), "{:.2f}"),
+        F("11.98", LAYER_NORM, (configuration_mean("pre-LN, N=6, no warmup", "val_bleu"),), "{:.2f}"),
         F("6,000", GPU, ("recipe", "max_tokens"), "{:,}", "batches of 6,000 tokens; `gpu/final.json`"),
         F("torch 2.11.0+cu130", GPU, ("hardware", "torch"), "torch {}", "to itself, torch 2.11.0+cu130"),
         F("CUDA 13.0", GPU, ("hardware", "cuda"), "CUDA {}", "2.11.0+cu130, CUDA 13.0, bfloat16, eager"),
@@ -334,6 +357,7 @@ FIGURES: dict[str, list[Figure]] = {
         F("36 s", CPU_COMPILE, ("recipe", {"compiled": True}, "compile_s"), "{:.0f} s"),
     ],
     "book/conclusion.md": HEADLINE + MFU + [
+        F("three", LAYER_NORM, (seeds_per_configuration,), in_words, "(chapter 19, three seeds per"),
         F("20.8 minutes", CPU, ("minutes",), "{:.1f} minutes"),
         F("five minutes", "recipe multi30k-gpu", ("max_minutes",), minutes),
         F("three", *SEED_COUNT, "since three seeds of the CPU recipe"),
@@ -398,7 +422,6 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "BPE vocabulary of 8,000 pieces": "the small scale's shared BPE vocabulary (chapter 18), a setting",
         "the 1,014 validation": VALIDATION_SIZE,
         "after 100,000 steps": PAPER_STEPS,
-        "in all four runs": "chapter 19's runs: post-LN and pre-LN, with and without the warmup, a design",
         "≥ 4×": BENCHMARK_GOAL,
         "≤ 2.5× | | Beam search (beam 4) / greedy, the trained": BENCHMARK_GOAL,
         "≤ 2.5× | | Copy task": BENCHMARK_GOAL,
@@ -801,6 +824,14 @@ def table3_all(starts: list[str]) -> Callable[[Results], str]:
     return named(f"check_claims: {' / '.join(starts)}", reached)
 
 
+def layer_norm_claim(start: str) -> Callable[[Results], str]:
+    """The verdict of chapter 19's claim that starts with `start`, from the shipped runs."""
+    def reached(results: Results) -> str:
+        checks = check_layer_norm(results.file(LAYER_NORM))
+        return next(check["verdict"] for check in checks if check["claim"].startswith(start))
+    return named(f"check_layer_norm: {start}", reached)
+
+
 TABLE3_TIES = ["(A) too many heads", "(B)", "(C) a bigger feed-forward", "(D) label smoothing helps"]
 TABLE3_FAILS = ["(A) one head", "(C) deeper", "(D) dropout", "(E)"]
 
@@ -845,6 +876,12 @@ VERDICTS = [
     C(RESULTS_PAGE, "(ε_ls=0 is below the base): a tie", "a tie", table3_claim("(D) label smoothing helps")),
     C(RESULTS_PAGE, "identical to sinusoids (BLEU): **fails**", "fails", table3_claim("(E)")),
     C(RESULTS_PAGE, "The ties (many heads, key size", "ties", table3_all(TABLE3_TIES)),
+    C(RESULTS_PAGE, "N = 3 is better than without it (BLEU): holds", "holds", layer_norm_claim("with the warmup")),
+    C(RESULTS_PAGE, "at every depth (BLEU): holds", "holds", layer_norm_claim("pre-LN is better")),
+    C(RESULTS_PAGE, "the warmup lifts pre-LN too, at every depth (BLEU): a tie", "a tie",
+      layer_norm_claim("the warmup lifts")),
+    C(CONCLUSION, "the claim that the warmup lifts post-LN holds", "holds", layer_norm_claim("with the warmup")),
+    C(CONCLUSION, "it is the stronger placement holds", "holds", layer_norm_claim("pre-LN is better")),
     C(CONCLUSION, "costs perplexity hold", "hold", table3_all(["(C) wider", "(D) label smoothing hurts"])),
     C(CONCLUSION, "dropout and learned positions fail", "fail", table3_all(TABLE3_FAILS)),
     C(CONCLUSION, "the others are ties at this scale", "ties", table3_all(TABLE3_TIES)),
@@ -869,6 +906,7 @@ VERDICTS = [
 ]
 
 TABLE3_CLAIM = "a claim of §6.2, named as chapter 18 names it before the rule's verdict on it"
+LN_CLAIM = "a claim of chapter 19, named as it names it before the rule's verdict on it"
 NOT_JUDGED: dict[str, dict[str, str]] = {
     README: {
         "fails when the two drift apart": "a test failing, not a comparison",
@@ -890,6 +928,8 @@ NOT_JUDGED: dict[str, dict[str, str]] = {
         "(D) dropout helps": TABLE3_CLAIM,
         "(D) label smoothing hurts perplexity (ε_ls=0 lowest, 0.2 highest)": TABLE3_CLAIM,
         "(D) label smoothing helps BLEU": TABLE3_CLAIM,
+        "with the warmup, post-LN at N = 3 is better than without it": LN_CLAIM,
+        "pre-LN is better than post-LN, both with the warmup": LN_CLAIM,
     },
     CONCLUSION: {
         "the claims that a wider model is better": TABLE3_CLAIM,
@@ -1033,6 +1073,14 @@ CHANGES = {
     "the seeds' noise of Table 3": (
         changed(TABLE3, lambda runs: runs[0].update(val_bleu=runs[0]["val_bleu"] + 3)), "'0.39'"),
     "a count written as a word": (changed(SEARCH, drop_a_candidate), "'eleven'"),
+    # Chapter 19's pre-LN at N = 3 without the warmup at 14 BLEU on every seed: 3 below it with the
+    # warmup, so the warmup lifts pre-LN at both depths and the results page's "a tie" is untrue.
+    "a verdict of chapter 19": (changed(LAYER_NORM, lambda runs: [run.update(val_bleu=14.0) for run in runs
+                                                                   if run["name"] == "pre-LN, N=3, no warmup"]),
+                                "says 'a tie' ('the warmup lifts pre-LN too"),
+    "a mean of chapter 19's seeds": (
+        changed(LAYER_NORM, lambda runs: [run.update(val_bleu=0.9) for run in runs
+                                          if run["name"] == "post-LN, N=6, warmup"]), "'0.51'"),
     # α = 0.6 on seed 2 at 40.95 instead of 40.51: α = 1.4 is then lower on that seed.
     "a paired verdict": (
         set_value(SEEDS, ("decoding_choices", SEED2, "val", "average of the last 3, alpha 0.6"), 40.95),
