@@ -1,12 +1,15 @@
-"""The verdicts of the chapters that re-run the paper's analysis are the rule's, pasted from code.
+"""Every verdict a chapter states on our results is the rule's, pasted from code.
 
-Chapter 18 judges §6.2's claims on Table 3's rows. Each verdict its prose states ("holds", "fails",
-"tie", "better", "worse" ...) is pasted with {glue:text} from a glue cell, where
-`annotated_transformer.variations.check_claims` or `annotated_transformer.helpers.verdicts.judge`
-reaches it from the shipped result file; tests/test_figures.py checks that the glued values are
-today's. A verdict word the prose types itself is either listed, by a phrase around it, in the
-notebook's metadata `typed_verdicts` with the reason it is not a verdict on our results (the
-paper's conclusion, quoted before it is judged; the rule's own words), or this test fails.
+Chapter 18 judges §6.2's claims on Table 3's rows, chapter 19 its own on post-LN against pre-LN
+(`annotated_transformer.layer_norm.check_layer_norm`), and the other chapters and the appendix compare
+runs of their own (decoding settings, checkpoint averaging, recipes). Each verdict on our results that
+a chapter's prose states ("holds", "fails", "tie", "better", "worse" ...) is pasted with {glue:text}
+from a glue cell, where `annotated_transformer.variations.check_claims`, `check_layer_norm` or
+`annotated_transformer.helpers.verdicts.judge` reaches it from the shipped result files;
+tests/test_figures.py checks that the glued values are today's. A verdict word the prose types itself
+is either listed, by a phrase around it, in the notebook's metadata `typed_verdicts` with the reason it
+is not a verdict on our results (the paper's conclusion, quoted before it is judged; the rule's own
+words; a word used in another sense, such as beam search's best hypothesis), or this test fails.
 """
 
 import re
@@ -17,8 +20,7 @@ import pytest
 from test_figures import NOT_PROSE, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
-# Chapter 19's comparisons join them once its runs have seeds of their own in a result file.
-ANALYSIS_CHAPTERS = [ROOT / "book" / "18_variations.ipynb"]
+ANALYSIS_CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))
 VERDICT_WORD = re.compile(
     r"\b(?:better|worse|best|worst|ties?|tied|holds?|held|fails?|failed|helped|helps?|hurts?|"
     r"about the same|opposite|reversed?|agrees?|disagrees?|within the noise|beyond the noise)\b", re.I)

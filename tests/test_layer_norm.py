@@ -159,7 +159,8 @@ def ln_records(bleu: dict[str, list[float]], depths=(3, 6)) -> list[dict]:
     for variant in with_seeds(layer_norm_variants(base, depths), seeds=(0, 1, 2)):
         recipe = variant.recipe(base)
         scores = bleu.get(variant.name, [10.0, 10.5, 11.0])
-        records.append({"name": variant.name, "paper_change": variant.paper_change, "recipe": recipe.to_dict(),
+        records.append({"name": variant.name, "paper_change": variant.paper_change,
+                        "recipe": recipe.to_dict(),
                         "val_bleu": scores[recipe.train.seed]})
     return records
 
