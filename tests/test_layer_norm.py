@@ -220,3 +220,30 @@ def test_gradient_norms_per_layer():
     # last, pre-LN's do not (the margins allow for float differences).
     ratio = {position: norms[position]["decoder"][-1] / norms[position]["decoder"][0] for position in norms}
     assert ratio["post"] > 1.2 and ratio["pre"] < 0.95, ratio
+
+
+def test_shipping_the_runs_keeps_each_runs_curves_and_refuses_an_unfinished_run(tmp_path):
+    """tools/ship_layer_norm.py: the command's results, each with its run's curves; a run whose
+    history stops short of its steps is refused, and nothing is written."""
+    from ship_layer_norm import ship
+
+    def run(name: str, steps: int, trained: int) -> dict:
+        (tmp_path / name).mkdir()
+        losses = [9.0, 8.0, 7.5][:trained]
+        records = [{**record, "minutes": 0.1 * record["step"]} for record in history(losses)]
+        (tmp_path / name / "history.json").write_text(json.dumps(records), encoding="utf-8")
+        return {"name": name, "run": name, "steps": steps, "val_bleu": 1.0}
+
+    results = [run("a", 3, 3), run("b", 2, 2)]
+    (tmp_path / "layer-norm.json").write_text(json.dumps(results), encoding="utf-8")
+    out = tmp_path / "shipped.json"
+    shipped = ship(tmp_path, out)
+    assert json.loads(out.read_text(encoding="utf-8")) == shipped
+    assert [record["curves"]["loss"] for record in shipped] == [[9.0, 8.0, 7.5], [9.0, 8.0]]
+    assert shipped[0]["val_bleu"] == 1.0 and shipped[0]["curves"]["step"] == [1, 2, 3]
+    results.append(run("c", 3, 2))
+    (tmp_path / "layer-norm.json").write_text(json.dumps(results), encoding="utf-8")
+    out.unlink()
+    with pytest.raises(SystemExit, match="has not finished its 3 steps"):
+        ship(tmp_path, out)
+    assert not out.exists()
