@@ -809,12 +809,23 @@ def averaging_against_last(results: Results) -> str:
         decoding_choices(results, "last checkpoint, alpha 1.4"), strict=True)])
 
 
+def claim_verdict(checker: Callable[[list], list[dict]], name: str, start: str) -> Callable[[Results], str]:
+    """The verdict `checker` (check_claims, check_layer_norm) reaches on the claim that starts with
+    `start`, from the shipped result file `name`."""
+    def reached(results: Results) -> str:
+        checks = checker(results.file(name))
+        return next(check["verdict"] for check in checks if check["claim"].startswith(start))
+    return named(f"{checker.__name__}: {start}", reached)
+
+
 def table3_claim(start: str) -> Callable[[Results], str]:
     """The verdict of chapter 18's claim that starts with `start`, from the shipped Table 3 runs."""
-    def reached(results: Results) -> str:
-        checks = check_claims(results.file(TABLE3))
-        return next(check["verdict"] for check in checks if check["claim"].startswith(start))
-    return named(f"check_claims: {start}", reached)
+    return claim_verdict(check_claims, TABLE3, start)
+
+
+def layer_norm_claim(start: str) -> Callable[[Results], str]:
+    """The verdict of chapter 19's claim that starts with `start`, from the shipped runs."""
+    return claim_verdict(check_layer_norm, LAYER_NORM, start)
 
 
 def table3_all(starts: list[str]) -> Callable[[Results], str]:
@@ -823,14 +834,6 @@ def table3_all(starts: list[str]) -> Callable[[Results], str]:
         words = {table3_claim(start)(results) for start in starts}
         return words.pop() if len(words) == 1 else f"mixed {sorted(words)}"
     return named(f"check_claims: {' / '.join(starts)}", reached)
-
-
-def layer_norm_claim(start: str) -> Callable[[Results], str]:
-    """The verdict of chapter 19's claim that starts with `start`, from the shipped runs."""
-    def reached(results: Results) -> str:
-        checks = check_layer_norm(results.file(LAYER_NORM))
-        return next(check["verdict"] for check in checks if check["claim"].startswith(start))
-    return named(f"check_layer_norm: {start}", reached)
 
 
 TABLE3_TIES = ["(A) too many heads", "(B)", "(C) a bigger feed-forward", "(D) label smoothing helps"]
