@@ -36,9 +36,10 @@ and the scoring. R-Drop's α is chosen on the validation set among the runs made
 over the seeds both α trained). The step costs are kept with the runs (step_costs.json in
 --runs-dir), so that the command run again after an interruption resumes each run directory to
 the same plan (one trained to other steps or threads is refused); a finished run is only scored
-(its score is kept beside it). The summary goes to annotated_transformer/results/multi30k_levers.json,
-and the appendix and book/results.md take their numbers from it; the tiny mode writes to its own
-temporary folder, never there.
+(its score is kept beside it). The test set is scored only for a lever that the rule finds better
+than the control on validation, and for the control's runs beside it. The summary goes to
+annotated_transformer/results/multi30k_levers.json, and the appendix and book/results.md take their
+numbers from it; the tiny mode writes to its own temporary folder, never there.
 """
 
 import argparse
@@ -260,29 +261,44 @@ def train_all(names: list[str], args: argparse.Namespace, steps: dict[str, int])
                     raise SystemExit(f"{label} failed: see {args.runs_dir / label}.log")
 
 
-def scoring(args: argparse.Namespace) -> str:
+SPLITS = {"val": "validation", "test": "test"}  # the test split is test_2016_flickr (data.corpus)
+
+
+def scoring(args: argparse.Namespace, split: str = "val") -> str:
     if args.tiny:
-        return f"greedy, the first {TINY_VAL_SENTENCES} validation sentences (tiny)"
-    return "beam 4, the recipe's alpha, the average of its last checkpoints, the validation set"
+        return f"greedy, the first {TINY_VAL_SENTENCES} {SPLITS[split]} sentences (tiny)"
+    return f"beam 4, the recipe's alpha, the average of its last checkpoints, the {SPLITS[split]} set"
 
 
-def score(run_dir: Path, args: argparse.Namespace) -> float:
-    """Validation BLEU of a run's averaged model (the recipe's beam and alpha; tiny: greedy, on the
+def score(run_dir: Path, args: argparse.Namespace, split: str = "val") -> float:
+    """BLEU of a run's averaged model on `split` (the recipe's beam and alpha; tiny: greedy, on the
     first TINY_VAL_SENTENCES), kept beside the run so that the summary scores a model once."""
     model = RunDirectory(run_dir).model.stat()
-    scored_with = scoring(args)
+    scored_with = scoring(args, split)
     key = {"model_bytes": model.st_size, "model_mtime_ns": model.st_mtime_ns, "scored_with": scored_with}
-    cache = run_dir.parent / f"{run_dir.name}.val.json"
+    cache = run_dir.parent / f"{run_dir.name}.{split}.json"
     if cache.exists():
         kept = json.loads(cache.read_text(encoding="utf-8"))
         if {k: kept.get(k) for k in key} == key:
-            return kept["val"]
+            return kept[split]
     options = {"root": args.data_dir} if args.data_dir else {}
-    pairs = corpus(base_recipe(args).corpus, "val", **options)
+    pairs = corpus(base_recipe(args).corpus, split, **options)
     translator = Translator.load(run_dir, beam_size=1) if args.tiny else Translator.load(run_dir)
-    val = round(evaluate_bleu(translator, pairs[:TINY_VAL_SENTENCES] if args.tiny else pairs).bleu, 2)
-    atomic_write_text(cache, json.dumps({**key, "val": val}, indent=1) + "\n")
-    return val
+    bleu = round(evaluate_bleu(translator, pairs[:TINY_VAL_SENTENCES] if args.tiny else pairs).bleu, 2)
+    atomic_write_text(cache, json.dumps({**key, split: bleu}, indent=1) + "\n")
+    return bleu
+
+
+def score_test(levers: dict, control: dict, args: argparse.Namespace) -> list[str]:
+    """The test set, scored only for the levers the rule finds better than the control on
+    validation (chosen there, never here), and for the control's runs beside them; each run gains
+    "test", each scored side a "test_mean". Returns the names scored."""
+    better = [name for name, lever in levers.items() if lever["verdict"] == "better"]
+    for side in [control, *(levers[name] for name in better)] if better else []:
+        for run in side["runs"]:
+            run["test"] = score(args.runs_dir / run["run"], args, "test")
+        side["test_mean"] = round(statistics.fmean(run["test"] for run in side["runs"]), 2)
+    return better
 
 
 def read_runs(name: str, args: argparse.Namespace) -> list[dict]:
@@ -332,23 +348,18 @@ def pair_runs(lever_runs: list[dict], control_runs: list[dict]) -> list[tuple[di
     return pairs
 
 
-def lever_verdict(pairs: list[tuple[dict, dict]], control_vals: list[float]) -> dict:
-    """The appendix's rule (`verdicts.judge`) on a lever's runs against the control's of the same
-    seeds: paired over 2 or more seeds; with one, single runs against the control's seed standard
-    deviation (`control_vals`, all its seeds), which needs 2 or more seeds of the control that vary."""
+def lever_verdict(pairs: list[tuple[dict, dict]], control_runs: list[dict]) -> dict:
+    """The appendix's rule on a lever's runs against the control's of the same seeds
+    (`verdicts.judge_against_control`: paired over 2 or more seeds; with one, single runs against
+    the seed noise of all the control's runs), or why it cannot judge them."""
     seeds = [lever["seed"] for lever, _ in pairs]
-    ours, theirs = [lever["val"] for lever, _ in pairs], [control["val"] for _, control in pairs]
-    out = {"seeds": seeds, "differences": [round(a - b, 2) for a, b in zip(ours, theirs, strict=True)]}
-    if not pairs:
-        return {**out, "verdict": "not judged: no seed of the control's"}
-    if len(pairs) >= 2:
-        verdict = verdicts.judge(ours, theirs, paired=True)
-    elif len(control_vals) < 2:
-        return {**out, "verdict": "not judged: one seed"}
-    elif statistics.stdev(control_vals) == 0:
-        return {**out, "verdict": "not judged: one seed, and the control's seeds do not vary"}
-    else:
-        verdict = verdicts.judge(ours, theirs, noise=statistics.stdev(control_vals))
+    differences = [round(lever["val"] - control["val"], 2) for lever, control in pairs]
+    out = {"seeds": seeds, "differences": differences}
+    try:
+        verdict = verdicts.judge_against_control({lever["seed"]: lever["val"] for lever, _ in pairs},
+                                                 {run["seed"]: run["val"] for run in control_runs})
+    except ValueError as error:
+        return {**out, "verdict": f"not judged: {error}"}
     return {**out, "verdict": verdict.word, "margin": round(verdict.margin, 2),
             "threshold": round(verdict.threshold, 2), "rule": verdict.rule, "n": list(verdict.n)}
 
@@ -434,7 +445,8 @@ def summarize(args: argparse.Namespace, step_costs: dict, measurement: dict) -> 
                         "chosen_as": source, "steps": one_value(runs, "steps", name),
                         "planned_steps": plan.get(name),
                         "seconds_per_step": cost.get("seconds_per_step"), "ratio": cost.get("ratio"),
-                        "runs": runs, **lever_verdict(pairs, control_vals)}
+                        "runs": runs, **lever_verdict(pairs, control_runs)}
+    test_scored = score_test(levers, control, args) if control_runs else []
     for name, lever in levers.items():
         if lever["planned_steps"] is not None and lever["steps"] != lever["planned_steps"]:
             notes.append(f"{name} trained {lever['steps']:,} steps; today's step costs plan "
@@ -448,6 +460,9 @@ def summarize(args: argparse.Namespace, step_costs: dict, measurement: dict) -> 
                 "trained by this script for the same seeds, with the same command and threads, side by side "
                 "with the levers, on the same machine",
         "scored_with": scoring(args),
+        "test_scored": {"levers": test_scored,
+                        "rule": "the test set is scored only for a lever the rule finds better than the "
+                                "control on validation, and for the control's runs beside it"},
         "budget_minutes": budget_minutes(args, step_costs) if CONTROL in step_costs else None,
         "steps_rule": "budget_steps: the recipe's max_steps (fewer if the control's measured step buys fewer "
                       "in the budget); a lever within 5% of the control's step cost trains the control's "

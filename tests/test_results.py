@@ -43,7 +43,7 @@ import pytest
 from test_figures import NOT_PROSE, TYPED_FIGURE, typed_figures
 
 from annotated_transformer import get_recipe
-from annotated_transformer.helpers.verdicts import judge
+from annotated_transformer.helpers.verdicts import judge, judge_against_control
 from annotated_transformer.layer_norm import check_layer_norm
 from annotated_transformer.variations import check_claims, seed_noise
 
@@ -224,6 +224,10 @@ FIGURES: dict[str, list[Figure]] = {
         F("three", *SEED_COUNT, "three seeds measure that noise"),
         F("six times", "recipe multi30k-gpu", (batch_ratio,), times),
         F("half hour", LEVERS, ("budget_minutes",), half_hour),
+        F("0.62", LEVERS, ("levers", "rdrop", "margin"), "{:.2f}"),
+        F("three", LEVERS, ("levers", "rdrop", "runs", count), in_words, "0.62\nBLEU over three seeds"),
+        F("41.27", LEVERS, ("levers", "rdrop", "test_mean"), "{:.2f}"),
+        F("41.03", LEVERS, ("control", "test_mean"), "{:.2f}"),
         F("torch 2.11.0+cu130", BENCH, ("base", COMPILED, "hardware", "torch"), "torch {}",
           "On an H200 (torch 2.11.0+cu130)"),
         F("455,779", BENCH, ("base", COMPILED, "tokens_per_s"), "{:,.0f}"),
@@ -258,17 +262,26 @@ FIGURES: dict[str, list[Figure]] = {
         # The regularizers for a small corpus against the recipe (the appendix).
         F("0.1", LEVERS, ("levers", "bpe-dropout", "settings", "bpe_dropout"), "{:.1f}"),
         F("9,224", LEVERS, ("levers", "bpe-dropout", "steps"), "{:,}", "the same 9,224 steps"),
-        F("2.06", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}"),
+        F("2.01", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}"),
         F("half hour", LEVERS, ("budget_minutes",), half_hour),
-        F("5,826", LEVERS, ("levers", "rdrop", "steps"), "{:,}"),
-        F("-2.34", LEVERS, ("levers", "bpe-dropout", "runs", SEED0, "difference"), "{:+.2f}"),
-        F("-1.45", LEVERS, ("levers", "bpe-dropout", "runs", SEED1, "difference"), "{:+.2f}"),
-        F("-0.61", LEVERS, ("levers", "bpe-dropout", "runs", SEED2, "difference"), "{:+.2f}"),
-        F("-1.47", LEVERS, ("levers", "bpe-dropout", "mean_difference"), "{:+.2f}"),
-        F("1.00", LEVERS, ("levers", "bpe-dropout", "two_se"), "{:.2f}"),
+        F("6,347", LEVERS, ("levers", "rdrop", "steps"), "{:,}"),
+        F("41.38", LEVERS, ("control", "runs", SEED0, "val"), "{:.2f}", "41.38, 41.77 and 41.52"),
+        F("41.77", LEVERS, ("control", "runs", SEED1, "val"), "{:.2f}", "41.77 and 41.52"),
+        F("41.52", LEVERS, ("control", "runs", SEED2, "val"), "{:.2f}", "and 41.52 (seeds"),
+        F("-1.22", LEVERS, ("levers", "bpe-dropout", "runs", SEED0, "difference"), "{:+.2f}"),
+        F("-1.50", LEVERS, ("levers", "bpe-dropout", "runs", SEED1, "difference"), "{:+.2f}"),
+        F("-1.32", LEVERS, ("levers", "bpe-dropout", "runs", SEED2, "difference"), "{:+.2f}"),
+        F("-1.35", LEVERS, ("levers", "bpe-dropout", "margin"), "{:+.2f}"),
+        F("0.16", LEVERS, ("levers", "bpe-dropout", "threshold"), "{:.2f}"),
         F("2.5", LEVERS, ("levers", "rdrop", "settings", "rdrop_alpha"), "{:.1f}"),
-        F("-1.15", LEVERS, ("levers", "rdrop", "runs", SEED0, "difference"), "{:+.2f}"),
-        F("-2.35", LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "difference"), "{:+.2f}"),
+        F("-0.84", LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "difference"), "{:+.2f}"),
+        F("+0.58", LEVERS, ("levers", "rdrop", "runs", SEED0, "difference"), "{:+.2f}"),
+        F("+0.73", LEVERS, ("levers", "rdrop", "runs", SEED1, "difference"), "{:+.2f}"),
+        F("+0.54", LEVERS, ("levers", "rdrop", "runs", SEED2, "difference"), "{:+.2f}"),
+        F("+0.62", LEVERS, ("levers", "rdrop", "margin"), "{:+.2f}"),
+        F("0.12", LEVERS, ("levers", "rdrop", "threshold"), "{:.2f}"),
+        F("41.27", LEVERS, ("levers", "rdrop", "test_mean"), "{:.2f}"),
+        F("41.03", LEVERS, ("control", "test_mean"), "{:.2f}"),
         # Chapter 20's run on one GPU, and its search.
         F("1,024", GPU, ("recipe", "d_ff"), "{:,}"),
         F("0.2", GPU, ("recipe", "dropout"), "{:.1f}", "dropout 0.2, batches"),
@@ -694,13 +707,16 @@ def all_of(words: list[str]) -> str:
     return words[0] if len(set(words)) == 1 else " / ".join(words)
 
 
+def lever_runs(results: Results, name: str) -> dict[int, float]:
+    """{seed: validation BLEU} of a lever's runs, or of the control's (name "control")."""
+    where = ("control",) if name == "control" else ("levers", name)
+    runs = results(LEVERS, *where, "runs")
+    return {run["seed"]: run["val"] for run in runs}
+
+
 def lever(results: Results, name: str) -> str:
-    """A lever against the recipe's run of the same seed: paired over seeds, or single runs."""
-    runs = results(LEVERS, "levers", name, "runs")
-    ours, theirs = [run["val"] for run in runs], [run["recipe_val"] for run in runs]
-    if len(runs) > 1:
-        return judge(ours, theirs, paired=True).word
-    return judge(ours, theirs, noise=rule_noise(results)).word
+    """A lever against the control's runs of the same seeds: paired over seeds, or single runs."""
+    return judge_against_control(lever_runs(results, name), lever_runs(results, "control")).word
 
 
 def bpe_dropout(results: Results) -> str:
@@ -708,13 +724,8 @@ def bpe_dropout(results: Results) -> str:
 
 
 def rdrop(results: Results) -> str:
-    return all_of([lever(results, "rdrop"), lever(results, "rdrop-alpha5")])
-
-
-def levers_lift(results: Results) -> str:
-    """'did not lift': no lever is better than the recipe."""
-    words = [lever(results, name) for name in results(LEVERS, "levers")]
-    return "better" if "better" in words else "no better"
+    """R-Drop at the alpha chosen on validation."""
+    return lever(results, results(LEVERS, "rdrop_alpha", "chosen"))
 
 
 def search_lead(results: Results) -> str:
@@ -860,7 +871,8 @@ C = Claim
 README, RESULTS_PAGE, CONCLUSION, DEVIATIONS = VERDICT_PAGES
 VERDICTS = [
     C(README, "it ties with the CPU recipe", "ties", gpu_against_seeds),
-    C(README, "did not lift the CPU recipe", "did not lift", levers_lift),
+    C(README, "BPE-dropout is worse on validation", "worse", bpe_dropout),
+    C(README, "R-Drop better, by 0.62", "better", rdrop),
     C(RESULTS_PAGE, "(A) one head is worse than the best number of heads (BLEU): **fails**", "fails",
       table3_claim("(A) one head")),
     C(RESULTS_PAGE, "(A) too many heads (32) is worse than the best number (BLEU): a tie", "a tie",
@@ -891,8 +903,8 @@ VERDICTS = [
     C(CONCLUSION, "costs perplexity hold", "hold", table3_all(["(C) wider", "(D) label smoothing hurts"])),
     C(CONCLUSION, "dropout and learned positions fail", "fail", table3_all(TABLE3_FAILS)),
     C(CONCLUSION, "the others are ties at this scale", "ties", table3_all(TABLE3_TIES)),
-    C(RESULTS_PAGE, "twice its standard error: 1.00), worse;", "worse", bpe_dropout),
-    C(RESULTS_PAGE, "-2.35, ties by the rule for single runs", "ties", rdrop),
+    C(RESULTS_PAGE, "twice its standard error: 0.16), worse;", "worse", bpe_dropout),
+    C(RESULTS_PAGE, "twice its standard error: 0.12), better.", "better", rdrop),
     C(RESULTS_PAGE, "CPU recipe's threshold ({ref}`judging-differences`), a tie", "a tie", search_lead),
     C(RESULTS_PAGE, "kept as the one that scored highest", "highest", search_kept_highest),
     C(RESULTS_PAGE, "43.15, the highest of the nine decoding settings", "highest", decoding_highest),
@@ -988,35 +1000,31 @@ def test_a_typed_verdict_that_contradicts_the_rule_fails(tmp_path, monkeypatch):
     the page contradicts the rule."""
     copy = tmp_path / RESULTS_PAGE
     copy.parent.mkdir(parents=True)
-    copy.write_text(text(RESULTS_PAGE).replace("1.00), worse;", "1.00), a tie;"), encoding="utf-8")
+    copy.write_text(text(RESULTS_PAGE).replace("0.16), worse;", "0.16), a tie;"), encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    entry = next(claim for claim in VERDICTS if claim.reached is bpe_dropout)
+    entry = next(claim for claim in VERDICTS if claim.reached is bpe_dropout and claim.page == RESULTS_PAGE)
     with pytest.raises(AssertionError, match="occurs 0 times"):
         test_each_typed_verdict_is_the_rules(entry)
     with pytest.raises(AssertionError, match=r"types verdicts \[\('tie'"):
         test_every_verdict_word_is_accounted_for(RESULTS_PAGE)
-    rewritten = C(RESULTS_PAGE, "standard error: 1.00), a tie;", "a tie", bpe_dropout)
+    rewritten = C(RESULTS_PAGE, "standard error: 0.16), a tie;", "a tie", bpe_dropout)
     with pytest.raises(AssertionError, match=r"bpe_dropout .* says 'worse'"):
         test_each_typed_verdict_is_the_rules(rewritten)
 
 
 def test_the_levers_file_states_the_rules_verdicts():
-    """multi30k_levers.json keeps a verdict, a margin and 2·SE as strings beside its scores: they are
-    what `judge` says of those scores, and its recipe runs are the seeds' own."""
+    """multi30k_levers.json keeps each lever's verdict, margin and threshold beside its scores: they
+    are what `judge_against_control` says of those scores, and each run's difference is from the
+    control's run of its seed."""
     results = Results()
+    control = lever_runs(results, "control")
     for name, entry in results(LEVERS, "levers").items():
-        runs = entry["runs"]
-        assert entry["verdict"] == lever(results, name), name
-        for run in runs:
-            assert run["recipe_val"] == results(SEEDS, "runs", {"seed": run["seed"]}, "val"), (name, run)
-            assert round(run["val"] - run["recipe_val"], 2) == run["difference"], (name, run)
-        if len(runs) > 1:
-            verdict = judge([run["val"] for run in runs], [run["recipe_val"] for run in runs], paired=True)
-            assert entry["two_se"] == round(verdict.threshold, 2), name
-        else:
-            verdict = judge([runs[0]["val"]], [runs[0]["recipe_val"]], noise=rule_noise(results))
-            assert entry["margin"] == round(verdict.threshold, 1), name
-    assert results(SEEDS, "summary", "val", "std") == round(rule_noise(results), 2)
+        verdict = judge_against_control(lever_runs(results, name), control)
+        assert (entry["verdict"], entry["margin"], entry["threshold"]) == (
+            verdict.word, round(verdict.margin, 2), round(verdict.threshold, 2)), name
+        for run in entry["runs"]:
+            assert run["control_val"] == control[run["seed"]], (name, run)
+            assert round(run["val"] - run["control_val"], 2) == run["difference"], (name, run)
 
 
 # The proof: change one value in a copy of the result files, and a check reports it.
@@ -1063,9 +1071,10 @@ CHANGES = {
     # steps) stands elsewhere on the page, and used to vouch for it.
     "a figure another entry's equal value covered": (
         set_value(LEVERS, ("levers", "bpe-dropout", "steps"), 9000), "'the same 9,224 steps'"),
-    # R-Drop at α = 5 scoring 39.90 instead of 40.15: -2.60, beyond 2·√2·s, no longer a tie.
-    "a verdict": (set_value(LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "val"), 39.9),
-                  "says 'ties' ('-2.35, ties by the rule"),
+    # R-Drop's seed 2 at 41.40 instead of 42.06: -0.12 against the control, a sign that differs from the
+    # other seeds', so the rule's "better" becomes a tie.
+    "a verdict": (set_value(LEVERS, ("levers", "rdrop", "runs", SEED2, "val"), 41.4),
+                  "says 'better' ('twice its standard error: 0.12), better."),
     # The lowest loss at step 7000, still 1.471 to three places: only "half-way" is now untrue.
     "the step of the lowest validation loss": (changed(VALIDATION, move_lowest_loss), "'half-way'"),
     "the chosen candidate": (set_value(SEARCH, ("chosen",), "bpe8000"), "'3,047'"),

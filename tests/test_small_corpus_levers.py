@@ -85,7 +85,7 @@ def test_runs_of_other_hardware_or_threads_are_not_paired(changed):
 def test_a_levers_verdict_is_the_paired_rule_on_the_seeds_both_have():
     control = [run("control", seed, val) for seed, val in ((1, 41.72), (2, 40.81), (0, 42.50))]
     lever = [run("bpe-dropout", seed, val) for seed, val in ((2, 40.20), (0, 40.16), (1, 40.27))]
-    out = levers.lever_verdict(levers.pair_runs(lever, control), [r["val"] for r in control])
+    out = levers.lever_verdict(levers.pair_runs(lever, control), control)
     expected = verdicts.judge([40.16, 40.27, 40.20], [42.50, 41.72, 40.81], paired=True)
     assert out["seeds"] == [0, 1, 2] and out["differences"] == [-2.34, -1.45, -0.61]
     assert (out["verdict"], out["margin"], out["threshold"]) == ("worse", -1.47, 1.0)
@@ -93,21 +93,21 @@ def test_a_levers_verdict_is_the_paired_rule_on_the_seeds_both_have():
     assert out["rule"] == verdicts.PAIRED and out["n"] == [3, 3]
     # one seed the other way: a tie, whatever the mean
     lever[1] = run("bpe-dropout", 0, 42.60)
-    assert levers.lever_verdict(levers.pair_runs(lever, control), [42.5, 41.72, 40.81])["verdict"] == "tie"
+    assert levers.lever_verdict(levers.pair_runs(lever, control), control)["verdict"] == "tie"
 
 
 def test_one_seed_is_judged_against_the_controls_seed_noise_or_not_at_all():
     control = [run("control", 0, 42.50), run("control", 1, 41.72), run("control", 2, 40.81)]
     noise = statistics.stdev([42.50, 41.72, 40.81])
-    one = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 41.35)], control), [42.50, 41.72, 40.81])
+    one = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 41.35)], control), control)
     assert one["seeds"] == [0] and one["differences"] == [-1.15]
     assert (one["verdict"], one["rule"]) == ("tie", verdicts.SINGLE_RUNS)
     assert one["threshold"] == round(2 * math.sqrt(2) * noise, 2) == 2.39
-    far = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control), [42.50, 41.72, 40.81])
+    far = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control), control)
     assert far["verdict"] == "worse"
-    alone = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control[:1]), [42.50])
-    assert alone["verdict"] == "not judged: one seed" and "margin" not in alone
-    none = levers.lever_verdict(levers.pair_runs([run("rdrop", 5, 39.0)], control), [42.50, 41.72, 40.81])
+    alone = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control[:1]), control[:1])
+    assert alone["verdict"].startswith("not judged: one seed") and "margin" not in alone
+    none = levers.lever_verdict(levers.pair_runs([run("rdrop", 5, 39.0)], control), control)
     assert none["verdict"].startswith("not judged") and none["seeds"] == []
 
 
@@ -119,6 +119,24 @@ def test_rdrops_alpha_is_chosen_on_the_seeds_every_alpha_trained():
     choice = levers.choose_rdrop(summary)
     assert choice["seeds"] == [0, 1] and choice["chosen"] == "rdrop-alpha5"  # 41.2 over 41.1
     assert choice["verdict"] == "worse" and choice["mean_val"] == {"rdrop": 41.1, "rdrop-alpha5": 41.2}
+
+
+def test_the_test_set_is_scored_only_for_a_lever_found_better_on_validation(monkeypatch):
+    scored = []
+    monkeypatch.setattr(levers, "score",
+                        lambda run_dir, args, split: scored.append((run_dir.name, split)) or 40.0)
+    args = levers.parse([])
+    control = {"runs": [run("control", 0, 41.0), run("control", 1, 41.5)]}
+    summary = {"rdrop": {"verdict": "better", "runs": [run("rdrop", 0, 42.0), run("rdrop", 1, 42.4)]},
+               "bpe-dropout": {"verdict": "tie", "runs": [run("bpe-dropout", 0, 41.1)]}}
+    assert levers.score_test(summary, control, args) == ["rdrop"]
+    assert scored == [("control-seed0", "test"), ("control-seed1", "test"), ("rdrop-seed0", "test"),
+                      ("rdrop-seed1", "test")]
+    assert control["test_mean"] == summary["rdrop"]["test_mean"] == 40.0
+    assert "test" not in summary["bpe-dropout"]["runs"][0] and "test_mean" not in summary["bpe-dropout"]
+    scored.clear()
+    summary["rdrop"]["verdict"] = "tie"  # no lever better: the test set stays unscored
+    assert levers.score_test(summary, {"runs": [run("control", 0, 41.0)]}, args) == [] and scored == []
 
 
 # The tiny mode, end to end.

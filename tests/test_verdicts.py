@@ -14,7 +14,14 @@ import math
 import pytest
 
 from annotated_transformer.helpers import verdicts
-from annotated_transformer.helpers.verdicts import PAIRED, SEED_MEANS, SINGLE_RUNS, Verdict, judge
+from annotated_transformer.helpers.verdicts import (
+    PAIRED,
+    SEED_MEANS,
+    SINGLE_RUNS,
+    Verdict,
+    judge,
+    judge_against_control,
+)
 
 THRESHOLD = 2 * math.sqrt(2)  # 2·√2·s for s = 1, the float the rule computes
 
@@ -101,6 +108,36 @@ def test_means_of_seeds_need_less_than_single_runs():
     2·√(2/3) = 1.63 but within the single runs' 2.83 (a bug: 2·√2·s whatever the number of runs)."""
     verdict = judge([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], noise=1.0)
     assert (verdict.word, verdict.threshold) == ("better", pytest.approx(2 * math.sqrt(2 / 3)))
+
+
+def test_a_treatment_is_paired_with_the_controls_runs_of_its_seeds():
+    """Seeds only one side ran are left out, and the pairs follow the seeds, not the order given: the
+    treatment leads on seeds 0 and 2 by 1.0 and 1.2 (better); paired in the order given it would
+    lead by 2.0 and 0.2 (a tie)."""
+    control = {2: 40.0, 0: 41.0, 1: 39.0}
+    verdict = judge_against_control({0: 42.0, 2: 41.2, 7: 30.0}, control)
+    assert (verdict.word, verdict.rule, verdict.n) == ("better", PAIRED, (2, 2))
+    assert verdict.margin == pytest.approx(1.1)
+
+
+def test_one_seed_is_judged_against_the_controls_seed_noise():
+    """One shared seed: single runs, s the control's sample standard deviation over all its seeds
+    (1.0 here), so 2·√2 = 2.83 decides; the other seeds' scores do not enter the margin."""
+    control = {0: 41.0, 1: 40.0, 2: 42.0}
+    tie = judge_against_control({0: 43.8}, control)
+    assert (tie.word, tie.rule, tie.n) == ("tie", SINGLE_RUNS, (1, 1))
+    assert tie.threshold == pytest.approx(2 * math.sqrt(2))
+    assert judge_against_control({0: 43.9}, control).word == "better"
+
+
+@pytest.mark.parametrize("ours, control, message", [
+    ({5: 40.0}, {0: 41.0, 1: 40.0}, "no seed both ran"),
+    ({0: 40.0}, {0: 41.0}, "the control ran one seed"),
+    ({0: 40.0}, {0: 41.0, 1: 41.0}, "the control's seeds do not vary"),
+])
+def test_a_treatment_the_control_cannot_judge_is_refused(ours, control, message):
+    with pytest.raises(ValueError, match=message):
+        judge_against_control(ours, control)
 
 
 def test_single_runs_without_noise_are_refused():

@@ -21,17 +21,24 @@ standard deviation s·√(1/n₁ + 1/n₂), which is √2·s for single runs, an
     Verdict(word='tie', margin=-2.35, threshold=2.404, rule='single runs: beyond 2·√2·s', n=(1, 1))
     >>> judge([40.16, 40.27, 40.20], [42.50, 41.72, 40.81], paired=True).word
     'worse'
+
+A treatment trained beside a control (the recipe unchanged, the same seeds) is judged by
+`judge_against_control`: paired over the seeds both ran when there are two or more, else a single
+run against the control's run of its seed, with the control's seeds as the noise.
+
+    >>> judge_against_control({0: 41.96}, {0: 41.38, 1: 40.90, 2: 41.70}).rule
+    'single runs: beyond 2·√2·s'
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 
-__all__ = ["PAIRED", "SINGLE_RUNS", "SEED_MEANS", "Verdict", "judge"]
+__all__ = ["PAIRED", "SINGLE_RUNS", "SEED_MEANS", "Verdict", "judge", "judge_against_control"]
 
 SINGLE_RUNS = "single runs: beyond 2·√2·s"
 SEED_MEANS = "means of seeds: beyond 2·s·√(1/n₁ + 1/n₂)"
@@ -82,6 +89,28 @@ def judge(ours: Sequence[float], theirs: Sequence[float], *, noise: float | None
     threshold = 2 * s * math.sqrt(1 / len(ours) + 1 / len(theirs))
     rule = SINGLE_RUNS if len(ours) == len(theirs) == 1 else SEED_MEANS
     return Verdict(_word(margin, threshold), margin, threshold, rule, (len(ours), len(theirs)))
+
+
+def judge_against_control(ours: Mapping[int, float], control: Mapping[int, float]) -> Verdict:
+    """A treatment's runs against the control's runs of the same seeds (both: {seed: score}).
+
+    Paired over the seeds both have when they are two or more; with one, single runs, the noise s
+    being the sample standard deviation of all the control's seeds (which must be two or more, and
+    vary). Seeds only one side has are left out.
+    """
+    seeds = sorted(set(ours) & set(control))
+    if not seeds:
+        raise ValueError(f"no seed both ran: the treatment ran {sorted(ours)}, the control {sorted(control)}")
+    treated, untreated = [ours[seed] for seed in seeds], [control[seed] for seed in seeds]
+    if len(seeds) >= 2:
+        return judge(treated, untreated, paired=True)
+    if len(control) < 2:
+        raise ValueError("one seed is judged against the control's seed noise, and the control ran one seed: "
+                         "train the control with a second seed")
+    noise = statistics.stdev(_scores(list(control.values()), "control"))
+    if noise == 0:
+        raise ValueError("the control's seeds do not vary, so they measure no noise for a single run")
+    return judge(treated, untreated, noise=noise)
 
 
 def _paired(ours: list[float], theirs: list[float], sign: float, noise: float | None) -> Verdict:
