@@ -294,7 +294,9 @@ def score_test(levers: dict, control: dict, args: argparse.Namespace) -> list[st
     validation (chosen there, never here), and for the control's runs beside them; each run gains
     "test", each scored side a "test_mean". Returns the names scored."""
     better = [name for name, lever in levers.items() if lever["verdict"] == "better"]
-    for side in [control, *(levers[name] for name in better)] if better else []:
+    if not better:
+        return []
+    for side in [control, *(levers[name] for name in better)]:
         for run in side["runs"]:
             run["test"] = score(args.runs_dir / run["run"], args, "test")
         side["test_mean"] = round(statistics.fmean(run["test"] for run in side["runs"]), 2)
