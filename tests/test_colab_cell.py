@@ -30,10 +30,13 @@ def run_cell(chapter: str, installed: bool, pip_status: int = 0, colab: bool = F
     modules = {"torch": types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: cuda))}
     if colab:
         modules["google.colab"] = types.ModuleType("google.colab")
-    spec = object() if installed else None
+    def find_spec(name):  # `installed`: True, False, or the set of the modules that are
+        present = installed if isinstance(installed, bool) else name in installed
+        return object() if present else None
+
     with (
         mock.patch.dict(sys.modules, modules),
-        mock.patch("importlib.util.find_spec", return_value=spec),
+        mock.patch("importlib.util.find_spec", find_spec),
         mock.patch("subprocess.run", fake_run),
         mock.patch("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a)))),
     ):
@@ -92,6 +95,28 @@ def test_on_colab_the_chapters_made_for_two_cpu_cores_need_no_gpu():
             _, printed, _ = run_cell(chapter, installed=True, colab=True, cuda=cuda)
             assert any("two CPU cores" in line and "needs no GPU" in line for line in printed), printed
             assert not any("GPU runtime" in line for line in printed), (chapter, printed)
+
+
+def test_the_chapters_with_charts_install_altair_with_the_package():
+    """Every cell of a chapter runs after its set-up cell: the chart chapters import Altair."""
+    charted = {path.stem for path in (ROOT / "book").glob("*.ipynb")
+               if any("chart" in cell.metadata.get("tags", []) or "import altair" in cell.source
+                      for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")}
+    assert set(colab_cell.CHART_CHAPTERS) == charted
+    for chapter in colab_cell.CHART_CHAPTERS:
+        calls, _, error = run_cell(chapter, installed=False)
+        assert error is None
+        assert calls[0][-1] == f"annotated-transformer[charts] @ git+{colab_cell.DEFAULT_REPO}"
+        assert "torch" not in " ".join(calls[0])  # the runtime's torch stays
+    calls, _, _ = run_cell("02_attention", installed=False)
+    assert calls[0][-1] == f"git+{colab_cell.DEFAULT_REPO}"
+
+
+def test_a_chart_chapter_installs_when_only_altair_is_missing():
+    calls, _, _ = run_cell("07_optimizer", installed={"annotated_transformer"})
+    assert calls and calls[0][-1].startswith("annotated-transformer[charts] @ git+")
+    calls, _, _ = run_cell("02_attention", installed={"annotated_transformer"})
+    assert calls == []
 
 
 def test_gpu_chapters_exist():

@@ -1,9 +1,10 @@
 """Figures in the chapters' prose are computed, not typed.
 
-A chapter's Markdown pastes each measured figure with {glue:text}`name`; a glue cell (tagged `glue`)
-computes it from a result file the package ships (annotated_transformer.helpers.book_figures). These
-tests check that the glued values are those of today's result files, that every pasted name is
-glued, and that the prose types no figure of its own: a number that looks measured (decimals,
+A chapter's Markdown holds each measured figure between two markers that name it,
+`<!--fig:name-->40.73<!--/fig-->`; a glue cell (tagged `glue`) computes it from a result file the
+package ships (annotated_transformer.helpers.book_figures), and tools/glue_figures.py writes it
+there. These tests check that the prose holds what today's result files give, that every marked
+name is glued, and that the prose types no figure of its own: a number that looks measured (decimals,
 percentages, thousands, a time, a ratio) or a figure written in words ("about twice as long",
 "less than half", "a sixth", "one and a half times") is either pasted or listed in the notebook's
 metadata `typed_figures` with the reason it is not a measurement of ours (a figure of the paper, a
@@ -12,19 +13,19 @@ setting, a definition's arithmetic).
 
 import re
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 import pytest
-from glue_figures import glue_cells, glued_outputs, stale_cells
+from glue_figures import glue_cells, glued_values, marker, pasted, stale_figures
 
 from annotated_transformer.helpers import book_figures as figures
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
-GLUE_ROLE = re.compile(r"\{glue(?::text|:any)?\}`([^`]+)`")
 # What prose does not count: code, math, pasted figures, links' targets, section and chapter numbers.
 NOT_PROSE = re.compile(
-    r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$|\{glue[^}]*\}`[^`]*`|\]\([^)]*\)|<[^>]*>|"
+    r"```.*?```|`[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$|<!--fig:[^>]*-->.*?<!--/fig-->|\]\([^)]*\)|<[^>]*>|"
     r"(?:§|§§|[Ss]ections?|[Cc]hapters?|[Tt]ables?|[Ff]igures?|[Ee]quations?|arXiv:?)\s*[\d.,–\- and]+",
     re.S,
 )
@@ -99,7 +100,8 @@ def allowed(notebook) -> dict[str, str]:
 
 def test_typed_figures_are_found():
     text = ("It trained 9,224 steps in 23.0 minutes (32% of them cooling down), 2× faster; "
-            "§3.2.2 and chapter 14, `0.1`, $d_k = 64$, {glue:text}`cpu_bleu`, [a](x/1.5.html), 6 layers")
+            "§3.2.2 and chapter 14, `0.1`, $d_k = 64$, <!--fig:cpu_bleu-->40.73 BLEU, 2× faster<!--/fig-->, "
+            "[a](x/1.5.html), 6 layers")
     assert typed_figures(text) == ["9,224", "23.0 minutes", "32%", "2×"]
 
 
@@ -118,19 +120,26 @@ def test_word_figures_are_found():
         "It was trained twice. Put the batch through the model twice, with two masks; the token occurs 5 "
         "times, at positions 0 and 4; seen twice or more; the second half of the chapter, the last half of "
         "its steps; within half an hour, the half hour buys fewer, in half precision; a third layer, the "
-        "third column; shift-click, double-click; `twice`, $2 \\times$, {glue:text}`half`, 9,224 steps")
+        "third column; shift-click, double-click; `twice`, $2 \\times$, <!--fig:half-->half<!--/fig-->, "
+        "9,224 steps")
     assert word_figures(not_figures) == []
     assert typed_figures(figures_in_words) == []  # figures in words are counted apart from the numbers
 
 
-def test_glue_outputs_are_what_the_display_holds():
-    output = figures.glue_output("cpu_bleu", "40.73")
-    assert output["data"] == {"application/papermill.record/text/plain": "'40.73'"}
-    assert output["metadata"]["scrapbook"] == {"name": "cpu_bleu", "mime_prefix": figures.GLUE_PREFIX}
+def test_glue_text_is_one_line_of_text():
+    assert figures.glue_text("cpu_bleu", "40.73") == "40.73"
+    assert figures.glue_text("cpu-steps", 9224) == "9224"
+    assert figures.glue("cpu_bleu", "40.73") is None  # where a chapter runs, glue shows nothing
     with pytest.raises(TypeError, match="as text or a number"):
-        figures.glue_output("x", [1, 2])
+        figures.glue_text("x", [1, 2])
+    with pytest.raises(TypeError, match="as text or a number"):
+        figures.glue_text("x", True)
     with pytest.raises(ValueError, match="glue name"):
-        figures.glue_output("a b", "1")
+        figures.glue_text("a b", "1")
+    with pytest.raises(ValueError, match="one line"):
+        figures.glue_text("x", "40.73\n41.0")
+    with pytest.raises(ValueError, match="HTML comments"):
+        figures.glue_text("x", "40.73<!--/fig-->")
 
 
 def test_result_reads_the_shipped_files_and_refuses_others():
@@ -143,26 +152,43 @@ def test_result_reads_the_shipped_files_and_refuses_others():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
-def test_glued_figures_are_those_of_the_result_files(path):
-    """Change a value in a result file, and the glue cells that read it are stale until
-    `python tools/glue_figures.py` gives them their new outputs."""
+def test_the_prose_holds_the_figures_of_the_result_files(path):
+    """Change a value in a result file, and the prose's figures that come from it are stale until
+    `python tools/glue_figures.py` writes them again."""
     notebook = nbformat.read(path, as_version=4)
-    stale = stale_cells(notebook)
-    assert not stale, f"{path.name}: glue cells {stale} are stale: python tools/glue_figures.py {path}"
+    stale = stale_figures(notebook)
+    assert not stale, f"{path.name}: the figures {stale} are stale: python tools/glue_figures.py {path}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
-def test_every_pasted_figure_is_glued_once(path):
+def test_every_marked_figure_is_glued(path):
     notebook = nbformat.read(path, as_version=4)
-    names = [output["metadata"]["scrapbook"]["name"] for cell_outputs in glued_outputs(notebook)
-             for output in cell_outputs]
-    assert len(names) == len(set(names)), f"{path.name} glues a name twice: {sorted(names)}"
-    pasted = {name.split(":")[0] for name in GLUE_ROLE.findall(markdown(notebook)) if "::" not in name}
-    missing = sorted(pasted - set(names))
-    assert not missing, f"{path.name} pastes {missing}, which none of its glue cells glues"
+    glued = glued_values(notebook)  # refuses a name glued twice
+    missing = sorted({name for name, _ in pasted(notebook)} - set(glued))
+    assert not missing, f"{path.name} marks {missing}, which none of its glue cells glues"
     for cell in glue_cells(notebook):
         assert "remove-cell" in cell.metadata.get("tags", []), (
             f"{path.name}: glue cell {cell.get('id')} is not tagged remove-cell (the prose shows it)")
+        assert not cell.get("outputs"), f"{path.name}: glue cell {cell.get('id')} keeps outputs"
+
+
+def test_a_changed_result_file_or_a_retyped_figure_is_stale():
+    """The check bites: a figure typed over in the prose, and a result file whose value changed."""
+    path = ROOT / "book" / "14_translation.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    name, text = pasted(notebook)[0]
+    assert stale_figures(notebook) == []
+    retyped = nbformat.read(path, as_version=4)
+    cell = next(cell for cell in retyped.cells
+                if cell.cell_type == "markdown" and marker(name, text) in cell.source)
+    cell.source = cell.source.replace(marker(name, text), marker(name, text + "1"), 1)
+    assert stale_figures(retyped) == [name]
+    shipped = figures.result("multi30k_cpu.json")
+    changed = {**shipped, "minutes": shipped["minutes"] + 1.0}
+    real = figures.result
+    patched = lambda file: changed if file == "multi30k_cpu.json" else real(file)
+    with mock.patch.object(figures, "result", patched):
+        assert "cpu_minutes" in stale_figures(notebook)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
@@ -171,8 +197,9 @@ def test_the_prose_types_no_figure(path):
     typed = prose_figures(path, notebook)
     unexplained = sorted(set(typed) - set(allowed(notebook)))
     assert not unexplained, (
-        f"{path.name} types {unexplained} in its prose: paste a measured figure with {{glue:text}} from a "
-        f"glue cell (one written in words too: 'about twice as long' is a figure), or list a figure of the "
+        f"{path.name} types {unexplained} in its prose: paste a measured figure from a glue cell "
+        f"(<!--fig:name-->…<!--/fig-->, tools/glue_figures.py; one written in words too: 'about twice as "
+        f"long' is a figure), or list a figure of the "
         f"paper, a setting or a definition's arithmetic in the notebook's metadata 'typed_figures' with the "
         f"reason (a figure in words in lower case)"
     )

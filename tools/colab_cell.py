@@ -4,8 +4,10 @@
     .venv/bin/python tools/colab_cell.py book/13_*.ipynb  # some chapters
     .venv/bin/python tools/colab_cell.py --check          # only report the chapters that differ (exit 1)
 
-On Colab, or anywhere the package is missing, the cell installs it with pip from the repository;
-everywhere else it does nothing, so the book, nbval and `make notebooks` run it as a no-op. The
+On Colab, or anywhere the package is missing, the cell installs it with pip from the repository (with
+its `charts` extra, Altair, in the chapters whose interactive charts need it: CHART_CHAPTERS, and
+never another torch: the package accepts the torch the runtime has); everywhere else it does nothing,
+so the book, nbval and `make notebooks` run it as a no-op. The
 repository address is one setting: the environment variable ANNOTATED_TRANSFORMER_REPO, read when the
 cell runs, whose default is DEFAULT_REPO below. When pip fails, the cell prints pip's own message and
 says what to do instead of showing a traceback. On Colab it also points to quick mode
@@ -33,6 +35,9 @@ DEFAULT_REPO = "https://github.com/annotated-transformer/annotated-transformer"
 GPU_CHAPTERS = ("15_distributed", "18_variations", "19_layer_norm", "20_gpu")
 # The chapters that train for real with a recipe made for two CPU cores, as Colab's CPU runtime has.
 CPU_CHAPTERS = ("14_translation",)
+# The chapters with interactive charts (cells tagged `chart`), which import Altair: the package's
+# `charts` extra.
+CHART_CHAPTERS = ("07_optimizer", "14_translation", "17_why_self_attention", "19_layer_norm")
 TAG = "hide-input"
 
 TEMPLATE = '''\
@@ -44,9 +49,10 @@ import subprocess
 import sys
 
 REPO = os.environ.get("{repo_env}", "{default_repo}")
-if importlib.util.find_spec("annotated_transformer") is None:
+if any(importlib.util.find_spec(name) is None for name in {needs}):
     pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", f"git+{{REPO}}"], capture_output=True, text=True
+        [sys.executable, "-m", "pip", "install", "--quiet", f"{requirement}git+{{REPO}}"],
+        capture_output=True, text=True,
     )
     if pip.returncode != 0:
         print(pip.stdout[-2000:], pip.stderr[-3000:], sep="\\n", file=sys.stderr)
@@ -75,7 +81,11 @@ CPU_LINES = '''\
 
 def setup_cell(chapter: str) -> str:
     """The source of the set-up cell for `chapter` (a notebook's name without .ipynb), no final newline."""
-    text = TEMPLATE.format(repo_env=REPO_ENV, default_repo=DEFAULT_REPO)
+    charts = chapter in CHART_CHAPTERS
+    text = TEMPLATE.format(
+        repo_env=REPO_ENV, default_repo=DEFAULT_REPO,
+        needs='("annotated_transformer", "altair")' if charts else '("annotated_transformer",)',
+        requirement="annotated-transformer[charts] @ " if charts else "")
     if chapter in GPU_CHAPTERS:
         text += GPU_LINES
     if chapter in CPU_CHAPTERS:
@@ -115,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a cell differs")
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted(BOOK.glob("*.ipynb"))
-    missing = [name for name in (*GPU_CHAPTERS, *CPU_CHAPTERS) if not (BOOK / f"{name}.ipynb").exists()]
+    missing = [name for name in (*GPU_CHAPTERS, *CPU_CHAPTERS, *CHART_CHAPTERS)
+               if not (BOOK / f"{name}.ipynb").exists()]
     if missing and not args.notebooks:
-        print(f"colab_cell.py: GPU_CHAPTERS or CPU_CHAPTERS names chapters book/ does not have: {missing}",
+        print(f"colab_cell.py: GPU_CHAPTERS, CPU_CHAPTERS or CHART_CHAPTERS names chapters book/ does not "
+              f"have: {missing}",
               file=sys.stderr)
         return 2
     changed = [path for path in paths if rewrite(path, check=args.check)]

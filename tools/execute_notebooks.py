@@ -5,7 +5,8 @@
 
 Each notebook runs in a fresh kernel of the current Python environment, with book/ as its working
 directory, exactly as the book and nbval run it. A cell that raises stops that notebook and makes
-this script exit non-zero; the notebook file is then left as it was.
+this script exit non-zero; the notebook file is then left as it was. After a notebook ran, its
+prose's figures are written again from the result files (tools/glue_figures.py).
 """
 
 import argparse
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from glue_figures import refresh as refresh_figures
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -27,6 +29,7 @@ def execute(path: Path, timeout: int) -> None:
     )
     client.execute()
     nbformat.write(notebook, path)
+    refresh_figures(path)
 
 
 def main() -> int:

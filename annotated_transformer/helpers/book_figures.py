@@ -1,13 +1,12 @@
 """Figures for the book's prose, computed instead of typed.
 
 A chapter's prose never types a measured figure: a code cell reads it from the result file the
-package ships (`result`) and hands it, formatted, to the prose with `glue`; the Markdown cell pastes
-it with MyST-NB's role, {glue:text}`name`. The cells that only glue (tagged `glue`) are re-run by
-`tools/glue_figures.py` whenever a result file changes, and tests/test_figures.py checks that their
-committed outputs are what the result files give now.
-
-`glue` writes the same display output as MyST-NB's own `myst_nb.glue(name, value, display=False)`,
-so that a chapter needs no MyST-NB where it runs (Colab).
+package ships (`result`) and hands it, formatted, to the prose with `glue`. The prose holds the
+figure as plain text between two HTML comments that name it, `<!--fig:name-->40.73<!--/fig-->`,
+which every notebook viewer (Colab, Jupyter, GitHub) and the online book show as the number alone.
+`tools/glue_figures.py` runs the cells that only glue (tagged `glue`) and writes their figures
+between the markers whenever a result file changes; tests/test_figures.py checks that the prose
+holds what the result files give now.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ import json
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["GLUE_PREFIX", "glue", "glue_output", "result"]
-
-GLUE_PREFIX = "application/papermill.record/"  # the MIME prefix MyST-NB reads glued values from
+__all__ = ["glue", "glue_text", "result"]
 
 
 def result(name: str) -> Any:
@@ -32,23 +29,22 @@ def result(name: str) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def glue_output(name: str, value: str | int | float) -> dict:
-    """The display output (a notebook's `display_data`) that holds `value` under `name`."""
+def glue_text(name: str, value: str | int | float) -> str:
+    """The text the prose shows for the figure `name` whose value is `value` (checked: a name of
+    letters, digits, '_' and '-'; a value of text or a number, on one line)."""
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"a glue name is letters, digits, '_' and '-', got {name!r}")
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise TypeError(f"glue a figure as text or a number, got {type(value).__name__} for {name!r}")
-    return {
-        "output_type": "display_data",
-        "data": {GLUE_PREFIX + "text/plain": repr(value)},
-        "metadata": {"scrapbook": {"name": name, "mime_prefix": GLUE_PREFIX}},
-    }
+    text = str(value)
+    if "\n" in text or "<!--" in text or "-->" in text:
+        raise ValueError(f"a glued figure is one line of text without HTML comments, got {text!r} for {name!r}")
+    return text
 
 
 def glue(name: str, value: str | int | float) -> None:
-    """Hand `value` to the chapter's prose as `name` ({glue:text}`name` pastes it). Format it here
-    (`f"{bleu:.2f}"`): the prose shows the text as it is. Shows nothing in the notebook."""
-    from IPython.display import display  # only where a chapter runs: IPython is there
-
-    output = glue_output(name, value)
-    display(output["data"], raw=True, metadata=output["metadata"])
+    """Hand `value` to the chapter's prose as the figure `name`. Format it here (`f"{bleu:.2f}"`):
+    the prose shows the text as it is. `tools/glue_figures.py` writes it between the prose's markers
+    `<!--fig:name-->` and `<!--/fig-->`; where the chapter runs, this only checks the name and value
+    and shows nothing."""
+    glue_text(name, value)
