@@ -4,7 +4,8 @@ A chapter holds at most MAX_CODE_LINES lines of code, hidden cells included (the
 the same in every chapter, excepted): what teaches nothing about the paper or about training and using
 a translator lives in the package's hand-written machinery (annotated_transformer/machinery/), not in
 a collapsed cell. A reader meets an output or a figure at least every MAX_SILENT_RUN lines of visible
-code (cells not tagged `hide-input`, `remove-input` or `remove-cell`). And nothing the package exports
+code (cells not tagged `hide-input`, `hide-cell`, `remove-input` or `remove-cell`); the exercises'
+solutions (tagged `solution`) are not counted. And nothing the package exports
 is collapsed: a hidden cell may hold imports, plotting, glue and a demonstration's scaffolding, never a
 definition the package exports.
 """
@@ -17,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
-HIDDEN = {"hide-input", "remove-input", "remove-cell"}
+HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+SOLUTION = "solution"  # an exercise's worked solution (tests/test_exercises.py): not the lesson's code
 MAX_SILENT_RUN = 200
 MAX_CODE_LINES = 700
 FIGURE = re.compile(r"!\[|```\{(figure|image)\}|<img\b")
@@ -31,9 +33,11 @@ def hidden(cell: dict) -> bool:
 
 
 def code_lines(notebook: dict) -> int:
-    """Lines of every code cell, hidden ones included, but the Colab set-up cell."""
+    """Lines of every code cell, hidden ones included, but the Colab set-up cell and the exercises'
+    solutions."""
     return sum(len("".join(cell["source"]).splitlines()) for cell in notebook["cells"]
-               if cell["cell_type"] == "code" and COLAB_CELL not in "".join(cell["source"]))
+               if cell["cell_type"] == "code" and COLAB_CELL not in "".join(cell["source"])
+               and SOLUTION not in cell.get("metadata", {}).get("tags", []))
 
 
 def weight(notebook: dict) -> tuple[int, int, int]:
