@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from helpers import need_dev_script
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -72,13 +73,7 @@ def run(
 
 def tool(name: str) -> str:
     """A console script of this environment (next to its python), else the one on PATH."""
-    path = BIN / name
-    if path.exists():
-        return str(path)
-    found = shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} not found next to {sys.executable} nor on PATH: run `make setup`")
-    return found
+    return need_dev_script(name, BIN)
 
 
 def normalized(requirement: str) -> str:
@@ -322,9 +317,10 @@ def test_notebook_is_valid_and_executed(path):
         f"{path.name}: code cells {unexecuted} (counting non-empty code cells from 0) have not been "
         "executed: run `make notebooks` (or tools/execute_notebooks.py on this notebook)"
     )
-    # Glue cells (tools/glue_figures.py) are re-run on their own when a result file changes, and chart
-    # cells (tools/chart_cells.py) when a chart changes: their counts are their own kernels'.
-    on_their_own = {"glue", "chart"}
+    # Glue cells (tools/glue_figures.py) are re-run on their own when a result file changes, chart
+    # cells (tools/chart_cells.py) when a chart changes, and the exercises' solutions
+    # (tools/solution_cells.py) when a solution changes: their counts are their own kernels'.
+    on_their_own = {"glue", "chart", "solution"}
     counts = [cell["execution_count"] for cell in cells
               if not on_their_own & set(cell["metadata"].get("tags", []))]
     assert all(a < b for a, b in itertools.pairwise(counts)), (
