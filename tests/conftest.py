@@ -10,16 +10,59 @@ they inherit gives them one thread too (a tiny-mode profile of one training step
 two threads and 11 s with one, on two cores shared with another job).
 """
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_TRAIN
+from helpers import DEV_MODULES, REQUIRE_DEV, TINY_TRAIN, dev_reason
 
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # for the processes the tests start
+
+
+def pytest_configure(config):
+    """Two checks of where the tests run, before any test:
+
+    - `make unit` sets ANNOTATED_TRANSFORMER_REQUIRE_DEV=1: every development tool must be there, so
+      that no test skips for a missing one in the project's .venv (elsewhere they skip, with the reason);
+    - `make matrix` (tools/version_matrix.py) sets ANNOTATED_TRANSFORMER_EXPECT_PACKAGE_IN to the site
+      folder of the environment it built: the tests must import the installed wheel, never this
+      checkout's annotated_transformer/."""
+    if REQUIRE_DEV:
+        missing = sorted(name for name in DEV_MODULES if importlib.util.find_spec(name) is None)
+        if missing:
+            raise pytest.UsageError(f"ANNOTATED_TRANSFORMER_REQUIRE_DEV=1, but these development tools are "
+                                    f"missing: {missing}: run `make setup` (pip install -e '.[dev]')")
+    expected = os.environ.get("ANNOTATED_TRANSFORMER_EXPECT_PACKAGE_IN")
+    if expected:
+        import annotated_transformer
+
+        location = Path(annotated_transformer.__file__).resolve()
+        if not location.is_relative_to(Path(expected).resolve()):
+            raise pytest.UsageError(f"the tests import {location}, not the package installed in {expected}")
+
+
+class _ModuleNeedingDevTools(pytest.Module):
+    """A test module whose import fails only because a development tool is missing is skipped, with
+    the reason, instead of failing to collect (as `pytest.importorskip` would do in the module)."""
+
+    def collect(self):
+        try:
+            return super().collect()
+        except self.CollectError as error:
+            cause = error.__cause__
+            name = getattr(cause, "name", None) if isinstance(cause, ModuleNotFoundError) else None
+            top = name.split(".")[0] if name else None
+            if top not in DEV_MODULES or REQUIRE_DEV:
+                raise
+            pytest.skip(dev_reason(top), allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    return _ModuleNeedingDevTools.from_parent(parent, path=module_path)
 
 
 def _contents(folder: Path) -> dict[str, bytes]:

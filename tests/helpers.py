@@ -20,6 +20,64 @@ from annotated_transformer.model import DecoderLayer, EncoderLayer, Transformer,
 from annotated_transformer.multi_head_attention import MultiHeadAttention
 from annotated_transformer.training import TrainConfig, Trainer
 
+# The development tools some tests need: the [dev] extra (`make setup`), not the package's own
+# dependencies nor its [test] extra (pytest, nbformat, PyYAML, packaging). A test that needs one skips,
+# with the reason, where it is missing (a user's `pytest tests` beside an installed wheel), and
+# fails where ANNOTATED_TRANSFORMER_REQUIRE_DEV=1 (`make unit`, in the project's .venv).
+DEV_MODULES = {
+    "nbdev": "nbdev, which exports the package from the notebooks",
+    "nbclient": "nbclient, which runs the notebooks",
+    "nbval": "nbval, which runs the notebooks",
+    "jupyter_book": "jupyter-book, which builds the book",
+    "sphinx": "Sphinx, which builds the book",
+    "docutils": "docutils, which parses the book's pages",
+    "myst_nb": "MyST-NB, which builds the book",
+    "markdown_it": "markdown-it-py, which renders the book's Markdown",
+    "playwright": "Playwright, which opens the book in a browser",
+    "altair": "Altair, which draws the book's interactive charts",
+    "ipykernel": "ipykernel, which runs the notebooks",
+    "IPython": "IPython, which runs the notebooks",
+    "ruff": "ruff, the linter",
+    # The [test] extra's: missing only where pytest was installed alone.
+    "nbformat": "nbformat, which reads the book's notebooks ([test] extra)",
+    "yaml": "PyYAML, which reads environment.yml and _toc.yml ([test] extra)",
+    "packaging": "packaging, which compares requirements ([test] extra)",
+}
+REQUIRE_DEV = os.environ.get("ANNOTATED_TRANSFORMER_REQUIRE_DEV") == "1"
+
+
+def dev_reason(name: str) -> str:
+    """Why a test that needs the tool `name` (a key of DEV_MODULES, or a console script) skips."""
+    what = DEV_MODULES.get(name, name)
+    extra = "" if "extra)" in what else " ([dev] extra)"
+    return f"needs {what}{extra}, a development tool: pip install -e '.[dev]' (make setup)"
+
+
+def need_dev_module(name: str):
+    """The development tool's module `name` (pytest.importorskip), skipping the test where it is
+    missing, except under ANNOTATED_TRANSFORMER_REQUIRE_DEV=1, where a missing tool fails."""
+    if REQUIRE_DEV:
+        import importlib
+
+        return importlib.import_module(name)
+    return pytest.importorskip(name, reason=dev_reason(name.split(".")[0]))
+
+
+def need_dev_script(name: str, bin_dir: Path) -> str:
+    """The console script `name` of a development tool, next to this Python or on PATH; the test
+    skips where it is missing (fails under ANNOTATED_TRANSFORMER_REQUIRE_DEV=1)."""
+    path = bin_dir / name
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} not found next to the Python running the tests nor on PATH: {dev_reason(name)}"
+        if REQUIRE_DEV:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
 # float32 tolerance required of every comparison with PyTorch's reference implementations.
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 

@@ -46,8 +46,9 @@ def code_in(text: str) -> list[str]:
 def exercises(notebook) -> list[tuple[int, int, list]]:
     """(number, index of its Markdown cell, its solution cells) of each exercise of `notebook`."""
     cells = notebook.cells
+    heading = re.compile(r"^## Exercises\s*$", re.M)
     start = next((index for index, cell in enumerate(cells)
-                  if cell.cell_type == "markdown" and re.search(r"^## Exercises\s*$", cell.source, re.M)), None)
+                  if cell.cell_type == "markdown" and heading.search(cell.source)), None)
     if start is None:
         return []
     found = []
@@ -185,7 +186,8 @@ def test_every_exercise_has_a_solution_that_runs(path):
         assert solutions, f"{path.name}: exercise {number} has no solution cell below it (tagged solution)"
         for cell in solutions:
             tags = set(cell.metadata.get("tags", []))
-            assert SOLUTION_TAGS <= tags, f"{path.name}: exercise {number}'s solution is tagged {sorted(tags)}"
+            assert SOLUTION_TAGS <= tags, (
+                f"{path.name}: exercise {number}'s solution is tagged {sorted(tags)}")
             assert not re.search(r"^#\|\s*export", cell.source, re.M), (
                 f"{path.name}: exercise {number}'s solution exports to the package")
             assert cell.source.strip() and cell.get("execution_count"), (

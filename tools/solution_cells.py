@@ -68,7 +68,8 @@ def run(path: Path, quick: bool, timeout: int) -> dict[str, float | None]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--quick", action="store_true", help="run the chapter in quick mode")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell (default 1800)")
