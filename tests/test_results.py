@@ -905,7 +905,8 @@ VERDICTS = [
     C(CONCLUSION, "the others are ties at this scale", "ties", table3_all(TABLE3_TIES)),
     C(RESULTS_PAGE, "twice its standard error: 0.16), worse;", "worse", bpe_dropout),
     C(RESULTS_PAGE, "twice its standard error: 0.12), better.", "better", rdrop),
-    C(RESULTS_PAGE, "CPU recipe's threshold ({ref}`judging-differences`), a tie", "a tie", search_lead),
+    C(RESULTS_PAGE, "CPU recipe's threshold ([How a difference is judged]"
+                    "(appendix_recipes.ipynb#how-a-difference-is-judged)), a tie", "a tie", search_lead),
     C(RESULTS_PAGE, "kept as the one that scored highest", "highest", search_kept_highest),
     C(RESULTS_PAGE, "43.15, the highest of the nine decoding settings", "highest", decoding_highest),
     C(RESULTS_PAGE, "though not by more than the rule", "not by more than", decoding_lead),
