@@ -8,7 +8,8 @@ the chapter computed before it, so the whole chapter runs, in a fresh kernel wit
 working directory, as tools/execute_notebooks.py runs it. But only the solution cells take their new
 outputs and execution counts; every other cell keeps the outputs committed (a chapter that trains
 for half an hour keeps its full run's outputs even when its solutions are run in quick mode, which
-then says so in the solution's first line). Prints each solution's seconds. A cell that raises
+then says so in the solution's first line). Prints each solution's seconds, and records them in the
+cell's metadata (`solution_run`: seconds, quick mode or not, the machine's CPUs). A cell that raises
 leaves the notebook as it was and exits non-zero.
 """
 
@@ -62,7 +63,10 @@ def run(path: Path, quick: bool, timeout: int) -> dict[str, float | None]:
         if is_solution(cell):
             cell.outputs = fresh.outputs
             cell.execution_count = fresh.execution_count
-            timings[cell.get("id")] = seconds(fresh)
+            timings[cell.get("id")] = took = seconds(fresh)
+            # What the reader's run of it costs, as measured here (the conclusion quotes the longest).
+            cell.metadata["solution_run"] = {"seconds": None if took is None else round(took, 1),
+                                             "quick": quick, "cpus": os.cpu_count()}
     nbformat.write(notebook, path)
     return timings
 
