@@ -209,3 +209,20 @@ def test_exercises_call_only_with_keywords_the_package_takes():
              for code in code_in(text)
              for problem in unknown_keywords(code, names)]
     assert not wrong, f"exercises call the package with keywords it does not take: {wrong}"
+
+
+# The conclusion promises that every exercise runs on a CPU in minutes: each solution's seconds, as
+# tools/solution_cells.py measured them (metadata `solution_run`), outside quick mode where the
+# chapter runs so in the book, stay under this.
+PROMISED_SECONDS = 10 * 60
+
+
+def test_the_conclusions_promise_about_exercises_is_measured():
+    conclusion = (ROOT / "book" / "conclusion.md").read_text(encoding="utf-8")
+    assert "exercises" in conclusion and "in minutes" in conclusion
+    runs = [(path.name, number, cell.metadata.get("solution_run")) for path in NOTEBOOKS
+            for number, _, solutions in exercises(nbformat.read(path, as_version=4)) for cell in solutions]
+    unmeasured = [(name, number) for name, number, run in runs if not run or run.get("seconds") is None]
+    assert not unmeasured, f"solutions never timed (python tools/solution_cells.py): {unmeasured}"
+    slow = [(name, number, run["seconds"]) for name, number, run in runs if run["seconds"] > PROMISED_SECONDS]
+    assert not slow, f"solutions slower than the conclusion's 'in minutes': {slow}"
