@@ -405,11 +405,15 @@ def _noun_phrase(
     noun: tuple[str, ...], case: str, determiner: str, plural: bool, adjective: tuple[str, str] | None = None
 ) -> tuple[str, str]:
     """(German, English) for one noun phrase. case: "nom", "acc" or "dat"; determiner: "the", "a"
-    (singular only) or a number word of _NUMBERS (plural only)."""
+    (in the plural no article: "dogs", "Hunde") or a number word of _NUMBERS (plural only)."""
     gender, singular, plural_form, english_singular, english_plural = noun
+    if determiner in _NUMBERS and not plural:
+        raise ValueError(f"the number word {determiner!r} needs plural=True")
     column = 3 if plural else "mfn".index(gender)
     if determiner == "the":
         article, endings = _DEFINITE[case][column], _WEAK
+    elif determiner == "a" and plural:  # no plural indefinite article: a dog, dogs (ein Hund, Hunde)
+        article, endings = None, _STRONG
     elif determiner == "a":
         article, endings = _INDEFINITE[case][column], _MIXED
     else:
@@ -424,6 +428,8 @@ def _noun_phrase(
         english.insert(1, adjective[1])
     if determiner == "a" and english[1][0] in "aeiou":
         english[0] = "an"  # an old dog, an apple
+    if article is None:
+        german, english = german[1:], english[1:]
     return " ".join(german), " ".join(english)
 
 # %% ../book/12_data.ipynb #03c5d4ec

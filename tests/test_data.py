@@ -21,6 +21,8 @@ import pytest
 from helpers import FullFile
 
 from annotated_transformer.data import (
+    _ADJECTIVES,
+    _ANIMALS,
     BUILTIN_SPLITS,
     CACHE_ENV,
     CORPORA,
@@ -29,6 +31,7 @@ from annotated_transformer.data import (
     MULTI30K_SHA256,
     MULTI30K_SPLITS,
     DataError,
+    _noun_phrase,
     builtin_corpus,
     corpus,
     default_cache_dir,
@@ -487,6 +490,19 @@ def test_builtin_word_order_and_agreement():
             if words[noun + 1] in {"hat", "haben"} and comma is None:  # perfect: participle last
                 assert words[-1] not in {"hat", "haben"} and words[-1].islower(), german
     assert min(counts.values()) >= 50, counts
+
+
+def test_noun_phrase_plural_of_a_has_no_article():
+    """German and English have no plural indefinite article: the plural of "a small cat" ("eine
+    kleine Katze") is "small cats" ("kleine Katzen"), the adjective with its strong ending."""
+    dog, cat, small = _ANIMALS[0], _ANIMALS[1], _ADJECTIVES[1]
+    assert _noun_phrase(cat, "nom", "a", True, small) == ("kleine Katzen", "small cats")
+    assert _noun_phrase(cat, "dat", "a", True, small) == ("kleinen Katzen", "small cats")
+    assert _noun_phrase(dog, "acc", "a", True) == ("Hunde", "dogs")
+    assert _noun_phrase(dog, "dat", "a", True, small) == ("kleinen Hunden", "small dogs")
+    assert _noun_phrase(dog, "acc", "a", False, small) == ("einen kleinen Hund", "a small dog")  # unchanged
+    with pytest.raises(ValueError, match="plural"):  # "zwei Hund": a number needs the plural
+        _noun_phrase(dog, "nom", "two", False)
 
 
 def test_builtin_dative_after_mit():
