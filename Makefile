@@ -22,7 +22,7 @@ BOOK_FLAGS := -W -n --keep-going --all
 LINT_PATHS := book annotated_transformer tests tools benchmarks experiments
 
 .DEFAULT_GOAL := help
-.PHONY: help setup main test lint unit nbval book browser-test bench export notebooks clean distclean test-cpus
+.PHONY: help setup main test lint unit nbval book browser-test bench export notebooks clean distclean test-cpus matrix
 
 help:
 	@echo "make main       set up .venv if needed, then train, evaluate and use a translator (built-in corpus)"
@@ -32,6 +32,8 @@ help:
 	@echo "make browser-test  the book, then every page in headless Chromium, offline (math, images, links)"
 	@echo "make test-cpus  nbval and unit tests under every CPU kernel family (ATEN_CPU_CAPABILITY)"
 	@echo "make bench      run the speed benchmarks (benchmarks/run_all.py; minutes, prints a table)"
+	@echo "make matrix     unit tests in fresh environments: every dependency at its floor, Colab's, the newest"
+	@echo "                (tools/version_matrix.py, uv; writes VERSIONS.md and VERSIONS.json; not part of test)"
 	@echo "make export     regenerate annotated_transformer/ from the notebooks in book/ (nbdev-export)"
 	@echo "make notebooks  export, then re-execute every notebook in place (fresh committed outputs)"
 	@echo "make clean      remove build outputs and caches (make distclean also removes .venv)"
@@ -81,8 +83,10 @@ test: lint unit nbval book browser-test
 lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)
 
+# ANNOTATED_TRANSFORMER_REQUIRE_DEV=1: here, with the [dev] extra, no test may skip for a missing
+# development tool (tests/conftest.py fails at once if one is missing); elsewhere they skip, saying why.
 unit: setup
-	$(BIN)/python -m pytest tests -q
+	ANNOTATED_TRANSFORMER_REQUIRE_DEV=1 $(BIN)/python -m pytest tests -q
 
 # The notebooks run in quick mode (ANNOTATED_TRANSFORMER_QUICK=1): training shrinks to seconds.
 # Only outputs that do not depend on it are compared (cells tagged nbval-check-output).
@@ -128,6 +132,19 @@ $(CHROMIUM):
 # kernel family this CPU has (ATEN_CPU_CAPABILITY=default, avx2, avx512).
 test-cpus: setup
 	$(BIN)/python tools/check_cpu_kernels.py
+
+# The versions pyproject.toml allows are the versions the tests pass on: three fresh environments
+# made with uv (installed into .venv when missing), each with torch installed first and then the wheel
+# built from this checkout with its [test] extra: "minimum" (the oldest Python, every floor), "colab"
+# (Colab's runtime) and "newest" (everything newest, torch included); the unit tests run against the
+# installed wheel. Downloads (PyPI's torch is the CUDA build: gigabytes) are cached in build/matrix/.
+# Tens of minutes; the result goes to VERSIONS.md and VERSIONS.json, which are committed.
+# `make matrix MATRIX_ARGS="--env minimum"` for one environment.
+MATRIX_ARGS ?= --parallel
+
+matrix: setup
+	@command -v uv >/dev/null || test -x $(BIN)/uv || $(BIN)/python -m pip install $(PIP_FLAGS) uv
+	nice -n 10 $(BIN)/python tools/version_matrix.py $(MATRIX_ARGS)
 
 # --- benchmarks (speed goals live here, never in the tests) -------------------------------------
 

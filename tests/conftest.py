@@ -58,7 +58,7 @@ class _ModuleNeedingDevTools(pytest.Module):
             top = name.split(".")[0] if name else None
             if top not in DEV_MODULES or REQUIRE_DEV:
                 raise
-            pytest.skip(dev_reason(top), allow_module_level=True)
+            pytest.skip(f"{self.path.name}: {dev_reason(top)}", allow_module_level=True)
 
 
 def pytest_pycollect_makemodule(module_path, parent):

@@ -38,19 +38,27 @@ DEV_MODULES = {
     "ipykernel": "ipykernel, which runs the notebooks",
     "IPython": "IPython, which runs the notebooks",
     "ruff": "ruff, the linter",
+    # Build tools: pip is in a venv that `python -m venv` makes, setuptools (pyproject's build backend)
+    # only up to Python 3.11; the tests that build the wheel offline need both.
+    "pip": "pip, which builds the wheel",
+    "setuptools": "setuptools, which builds the wheel",
     # The [test] extra's: missing only where pytest was installed alone.
-    "nbformat": "nbformat, which reads the book's notebooks ([test] extra)",
-    "yaml": "PyYAML, which reads environment.yml and _toc.yml ([test] extra)",
-    "packaging": "packaging, which compares requirements ([test] extra)",
+    "nbformat": "nbformat, which reads the book's notebooks",
+    "yaml": "PyYAML, which reads environment.yml and _toc.yml",
+    "packaging": "packaging, which compares requirements",
 }
+TEST_EXTRA_MODULES = {"nbformat", "yaml", "packaging"}
 REQUIRE_DEV = os.environ.get("ANNOTATED_TRANSFORMER_REQUIRE_DEV") == "1"
 
 
 def dev_reason(name: str) -> str:
     """Why a test that needs the tool `name` (a key of DEV_MODULES, or a console script) skips."""
     what = DEV_MODULES.get(name, name)
-    extra = "" if "extra)" in what else " ([dev] extra)"
-    return f"needs {what}{extra}, a development tool: pip install -e '.[dev]' (make setup)"
+    if name in TEST_EXTRA_MODULES:
+        return f"needs {what}: the [test] extra (pip install -e '.[test]', or '.[dev]')"
+    if name in ("pip", "setuptools"):
+        return f"needs {what}, a build tool: pip install {name} (a venv made by `python -m venv` has pip)"
+    return f"needs {what}, a development tool: the [dev] extra (pip install -e '.[dev]', or make setup)"
 
 
 def need_dev_module(name: str):
@@ -61,6 +69,19 @@ def need_dev_module(name: str):
 
         return importlib.import_module(name)
     return pytest.importorskip(name, reason=dev_reason(name.split(".")[0]))
+
+
+def need_dev_tools(*names: str) -> None:
+    """Skip the test unless the modules `names` can be imported (found, not imported: importing
+    setuptools in the test process would change distutils for it); under
+    ANNOTATED_TRANSFORMER_REQUIRE_DEV=1 a missing one fails instead."""
+    import importlib.util
+
+    for name in names:
+        if importlib.util.find_spec(name) is None:
+            if REQUIRE_DEV:
+                pytest.fail(f"missing {name}: {dev_reason(name)}")
+            pytest.skip(dev_reason(name))
 
 
 def need_dev_script(name: str, bin_dir: Path) -> str:

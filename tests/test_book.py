@@ -28,6 +28,7 @@ from docutils import nodes
 from docutils.frontend import get_default_settings
 from docutils.parsers.rst import Parser
 from docutils.utils import new_document
+from helpers import need_dev_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,7 +149,7 @@ def test_vendored_vega_is_what_its_readme_records():
         assert (vendor_vega.TARGET.parent / script).is_file(), script
     assert {"vega.LICENSE", "vega-lite.LICENSE", "vega-embed.LICENSE", "README.md"} <= shipped
     # The copy of Vega-Lite is the version Altair's charts name.
-    altair = pytest.importorskip("altair", reason="Altair is not installed (make setup)")
+    altair = need_dev_module("altair")
     assert vendor_vega.PACKAGES["vega-lite"][0] == altair.VEGALITE_VERSION
     assert altair.SCHEMA_VERSION.startswith(f"v{vega_charts.VEGALITE_MAJOR}.")
 
@@ -254,7 +255,7 @@ def mathjax_dir() -> Path | None:
 def context():
     if not Path(browser_test.CHROMIUM).exists():
         pytest.skip(f"no Chromium at {browser_test.CHROMIUM} (`make browser-test` installs Debian's)")
-    pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (make setup)")
+    need_dev_module("playwright.sync_api")
     with browser_test.browser() as context:
         yield context
 

@@ -11,6 +11,7 @@ import gpu_fast_recipe
 import gpu_finale
 import pytest
 import torch
+from helpers import need_dev_tools
 
 from annotated_transformer.data import corpus
 from annotated_transformer.recipes import RECIPES, Recipe
@@ -208,6 +209,7 @@ def test_the_chapters_are_split_into_parts_that_fit_a_command():
 
 
 def test_the_colab_stage_runs_a_chapter_from_the_wheel_in_a_fresh_environment(tmp_path):
+    need_dev_tools("pip", "setuptools")  # it builds the wheel offline
     status = colab_chapters.main(["run", "--tiny", "--chapters", "01_introduction", "--out", str(tmp_path)])
     row = json.loads((tmp_path / "colab.json").read_text())["chapters"]["01_introduction"]
     assert status == 0 and row["status"] == "passed" and row["quick_mode"] and 0 < row["minutes"] < 5

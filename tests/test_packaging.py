@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
-from helpers import need_dev_script
+from helpers import need_dev_script, need_dev_tools
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -379,6 +379,7 @@ def test_every_notebook_is_in_the_book_and_readme():
 
 
 def test_wheel_builds_and_works_on_its_own(tmp_path):
+    need_dev_tools("pip", "setuptools")  # it builds the wheel offline, without isolation
     # Build from a copy of exactly what the wheel needs, so the checkout gets no build/ or egg-info.
     source_tree = tmp_path / "src"
     source_tree.mkdir()
