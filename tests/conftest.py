@@ -10,14 +10,13 @@ they inherit gives them one thread too (a tiny-mode profile of one training step
 two threads and 11 s with one, on two cores shared with another job).
 """
 
-import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import DEV_MODULES, REQUIRE_DEV, TINY_TRAIN, dev_reason
+from helpers import DEV_MODULES, REQUIRE_DEV, TINY_TRAIN, dev_reason, is_installed
 
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"  # for the processes the tests start
@@ -32,7 +31,7 @@ def pytest_configure(config):
       folder of the environment it built: the tests must import the installed wheel, never this
       checkout's annotated_transformer/."""
     if REQUIRE_DEV:
-        missing = sorted(name for name in DEV_MODULES if importlib.util.find_spec(name) is None)
+        missing = sorted(name for name in DEV_MODULES if not is_installed(name))
         if missing:
             raise pytest.UsageError(f"ANNOTATED_TRANSFORMER_REQUIRE_DEV=1, but these development tools are "
                                     f"missing: {missing}: run `make setup` (pip install -e '.[dev]')")

@@ -71,14 +71,29 @@ def need_dev_module(name: str):
     return pytest.importorskip(name, reason=dev_reason(name.split(".")[0]))
 
 
+def is_installed(name: str) -> bool:
+    """Whether the module `name` of DEV_MODULES is there, without importing it. pip and setuptools
+    are looked up by their distributions: asking the import system for `pip` makes setuptools'
+    distutils shim stand down for the whole process, and a later `import setuptools` (torch's
+    benchmark utilities import it) then fails."""
+    import importlib.metadata
+    import importlib.util
+
+    if name in ("pip", "setuptools"):
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        return True
+    return importlib.util.find_spec(name) is not None
+
+
 def need_dev_tools(*names: str) -> None:
     """Skip the test unless the modules `names` can be imported (found, not imported: importing
     setuptools in the test process would change distutils for it); under
     ANNOTATED_TRANSFORMER_REQUIRE_DEV=1 a missing one fails instead."""
-    import importlib.util
-
     for name in names:
-        if importlib.util.find_spec(name) is None:
+        if not is_installed(name):
             if REQUIRE_DEV:
                 pytest.fail(f"missing {name}: {dev_reason(name)}")
             pytest.skip(dev_reason(name))
