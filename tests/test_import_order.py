@@ -6,13 +6,17 @@ From the bottom up:
 2. The paper: the chapters' modules (generated from book/, at the package's top level) and their
    companions (`companions/`, hand-written modules that sit beside one chapter). A module imports only
    the modules of its own chapter or of earlier ones, so that a reader who has read up to a chapter has
-   met everything its code uses.
+   met everything its code uses. The same order holds in the layers above: a module of the run layer or
+   the command line belongs to a chapter too (`HAND_WRITTEN_CHAPTERS`; its docstring says which) and
+   imports no module of a later chapter.
 3. `runs/`: the run layer (run directories, a session of a long run, the runs of chapters 14 and 18,
    the shipped translators), above the chapters whose code it runs.
 4. `cli/` and `__main__`: the command line, on top.
 
 No module imports from a layer above its own, and no imports go round in a circle. (`__init__`,
-chapter 1's map of the public API, gathers the layers and is the one exception.)
+chapter 1's map of the public API, gathers the layers and is the one exception; an import of a name
+through it, `from annotated_transformer import train_translation`, counts as an import of the module
+that defines the name.)
 """
 
 import ast
@@ -36,6 +40,21 @@ COMPANION_CHAPTERS = {
     "companions.run_layout": 10,
     "companions.checkpoint_upgrades": 10,
     "companions.vocabulary_files": 13,
+}
+# The chapter each hand-written module of the run layer and the command line belongs to (the chapter
+# that first uses it; its docstring names it). Modules a notebook exports take their chapter from it.
+HAND_WRITTEN_CHAPTERS = {
+    "runs.run_directory": 10,
+    "runs.long_run": 10,
+    "runs.recipe_files": 14,
+    "runs.translation_files": 14,
+    "runs.pretrained": 14,
+    "runs.experiments": 18,
+    "cli.commands": 16,
+    "cli.command_files": 16,
+    "cli.recipe_options": 16,
+    "cli.experiments": 18,
+    "__main__": 19,
 }
 
 
@@ -75,14 +94,29 @@ def chapter_of_modules() -> dict[str, int]:
                 found = re.match(r"#\|\s*(?:default_exp|export)\s+([A-Za-z_][\w.]*)\s*$", line)
                 if found:
                     chapters.setdefault(found.group(1), number)
-    return {**chapters, **COMPANION_CHAPTERS}
+    hand_written = {name: number for name, number in HAND_WRITTEN_CHAPTERS.items() if name not in chapters}
+    return {**hand_written, **chapters, **COMPANION_CHAPTERS}
 
 
-def imported_modules(path: Path, name: str, known: set[str]) -> set[str]:
+def root_exports() -> dict[str, str]:
+    """Each name the package's `__init__` re-exports, with the module that defines it
+    (`train_translation`: `runs.translation`)."""
+    exports = {}
+    for node in ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            exports.update({alias.asname or alias.name: node.module for alias in node.names})
+    return exports
+
+
+def imported_modules(
+    path: Path, name: str, known: set[str], exports: dict[str, str] | None = None
+) -> set[str]:
     """The package's modules that module `name` (at `path`) imports, at the top or inside a
     function: relative imports resolved from the module's own package, `from X import Y` counted as
-    module X.Y where that is a module, else as X."""
+    module X.Y where that is a module, else as X; a name imported from the package's root counted as
+    the module that defines it (`exports`, default `root_exports()`)."""
     package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    exports = root_exports() if exports is None else exports
     found = set()
 
     def add(dotted: str, names: list[str]) -> None:
@@ -92,6 +126,8 @@ def imported_modules(path: Path, name: str, known: set[str]) -> set[str]:
                 found.add(child)
             elif dotted in known:
                 found.add(dotted)
+            elif not dotted and alias in exports:  # through the root's re-exports
+                found.add(exports[alias])
 
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
@@ -112,9 +148,9 @@ def imported_modules(path: Path, name: str, known: set[str]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    names = module_names()
+    names, exports = module_names(), root_exports()
     known = set(names)
-    return {name: imported_modules(module_path(name), name, known) for name in names}
+    return {name: imported_modules(module_path(name), name, known, exports) for name in names}
 
 
 def test_every_module_has_a_layer_and_every_paper_module_a_chapter():
@@ -140,12 +176,50 @@ def test_helpers_import_nothing_of_the_package():
     assert not leaning, f"helpers that import the package: {leaning}"
 
 
-def test_paper_modules_import_only_their_own_and_earlier_chapters():
-    chapters, graph = chapter_of_modules(), import_graph()
-    later = [f"{name} (chapter {chapters[name]}) imports {other} (chapter {chapters[other]})"
-             for name, imports in graph.items() if layer_of(name) == "paper" and name in chapters
-             for other in sorted(imports) if layer_of(other) == "paper" and chapters[other] > chapters[name]]
+def later_chapter_imports(graph: dict[str, set[str]], chapters: dict[str, int]) -> list[str]:
+    """The imports, in any layer, of a module of a later chapter than the importer's."""
+    return [f"{name} (chapter {chapters[name]}) imports {other} (chapter {chapters[other]})"
+            for name, imports in graph.items() if name in chapters
+            for other in sorted(imports) if other in chapters and chapters[other] > chapters[name]]
+
+
+def test_modules_import_only_their_own_and_earlier_chapters():
+    later = later_chapter_imports(import_graph(), chapter_of_modules())
     assert not later, "imports of later chapters: " + "; ".join(later)
+
+
+def test_every_module_above_the_helpers_has_a_chapter_its_docstring_names():
+    """Subpackages' `__init__` modules, which only list their modules, excepted."""
+    chapters = chapter_of_modules()
+    missing = [name for name in module_names() if layer_of(name) != "helpers" and name not in chapters
+               and module_path(name).name != "__init__.py"]
+    assert not missing, f"modules of no chapter (add them to HAND_WRITTEN_CHAPTERS): {missing}"
+    for name, number in HAND_WRITTEN_CHAPTERS.items():
+        path = module_path(name)
+        if path.exists() and chapters[name] == number:
+            docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            assert re.search(rf"[Cc]hapters? (?:[\d, ]+and )?{number}\b", docstring), (
+                f"{name}: its docstring does not name chapter {number}")
+
+
+def test_an_import_through_the_root_counts_as_one_of_the_defining_module(tmp_path):
+    """An upward import through the package's root is caught: a paper module of chapter 9 that takes
+    `train_translation` from the root imports the run layer, and a later chapter."""
+    source = tmp_path / "training.py"
+    source.write_text("from annotated_transformer import Trainer, train_translation\n"
+                      "def f():\n    from . import get_recipe\n")
+    known = set(module_names())
+    imports = imported_modules(source, "training", known)
+    assert imports == {"runs.translation", "recipes"}  # Trainer is training's own
+    graph = {"training": imports}
+    assert later_chapter_imports(graph, chapter_of_modules())
+    assert LAYERS.index(layer_of("runs.translation")) > LAYERS.index(layer_of("training"))
+
+
+def test_chapter_order_is_checked_in_the_run_layer():
+    graph = {"runs.long_run": {"runs.translation"}, "cli.commands": {"runs.experiments"}}
+    later = later_chapter_imports(graph, chapter_of_modules())
+    assert len(later) == 2, later
 
 
 def find_circle(graph: dict[str, set[str]]) -> list[str] | None:

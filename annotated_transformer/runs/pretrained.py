@@ -1,4 +1,4 @@
-"""Translators the book trained, shipped with the package: translate German without training.
+"""Translators the book trained (a run of chapter 14), shipped with the package: translate German without training.
 
 `annotated_transformer/pretrained/NAME/` is a finished run directory reduced to what translating
 needs: `model.pt` (the run's averaged model, §6.1, its weights stored in half precision so that the
