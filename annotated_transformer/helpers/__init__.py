@@ -11,6 +11,7 @@
 - `prefetch`: `prefetched`, the next micro-batches built in a background thread.
 - `book_figures`: the result files the package ships, and `glue`, which hands a figure a chapter
   computed to the book's prose.
+- `architecture_figure`: `draw_architecture`, the paper's Figure 1 redrawn (chapter 1).
 - `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
 - `verdicts`: `judge`, the appendix's rule for "better", "worse" or "tie" as code.
 - `notebook_charts`: Altair's charts as Vega-Lite outputs, which the book draws offline (the
