@@ -333,7 +333,7 @@ def score_cooldown_run(run_dir: Path, options: list[str], data_dir: str | None) 
 
     val = validation_pairs(data_dir)
     files = RunDirectory(run_dir)
-    paths, history = files.checkpoint_paths(), read_history(files)
+    paths, history = files.checkpoint_paths(), read_history(run_dir)
     hardware = json.loads(files.hardware.read_text())
     last, averaged = averaged_translator(run_dir, paths, 1), averaged_translator(run_dir, paths, 3)
     result = {

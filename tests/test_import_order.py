@@ -30,6 +30,8 @@ PACKAGE_FACE = {"__init__", "_modidx"}  # the public API's re-exports, and nbdev
 LAYERS = ("helpers", "paper", "runs", "cli")
 # The chapter each companion sits beside (its docstring says so too).
 COMPANION_CHAPTERS = {
+    "companions.chunked_loss": 8,
+    "companions.schedule_explorer": 7,
     "companions.training_checks": 9,
     "companions.hardware": 9,
     "companions.corpus_cache": 13,
@@ -37,9 +39,12 @@ COMPANION_CHAPTERS = {
     "companions.translation_checks": 14,
     "companions.trained_models": 14,
     "companions.attention_explorer": 14,
+    "companions.distributed_check": 15,
     "companions.run_layout": 10,
     "companions.checkpoint_upgrades": 10,
+    "companions.checkpoint_checks": 10,
     "companions.vocabulary_files": 13,
+    "companions.layer_norm_figures": 19,
 }
 # The chapter each hand-written module of the run layer and the command line belongs to (the chapter
 # that first uses it; its docstring names it). Modules a notebook exports take their chapter from it.
@@ -47,6 +52,7 @@ HAND_WRITTEN_CHAPTERS = {
     "runs.run_directory": 10,
     "runs.long_run": 10,
     "runs.recipe_files": 14,
+    "runs.bookkeeping": 14,
     "runs.translation_files": 14,
     "runs.pretrained": 14,
     "runs.experiments": 18,

@@ -134,10 +134,11 @@ VARIANTS: dict[str, tuple[dict, Callable[[], contextlib.AbstractContextManager]]
 
 
 def _train_translation_module() -> ModuleType:
-    """The module of `train_translation`, wherever it lives: the LongRun it makes is looked up there."""
-    from annotated_transformer import train_translation
+    """The module that makes `train_translation`'s LongRun (its bookkeeping, `RunBookkeeping`): the
+    LongRun is looked up there."""
+    from annotated_transformer.runs.bookkeeping import RunBookkeeping
 
-    return sys.modules[train_translation.__module__]
+    return sys.modules[RunBookkeeping.__module__]
 
 
 @contextlib.contextmanager

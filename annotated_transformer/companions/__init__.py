@@ -7,6 +7,8 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `run_layout` (chapter 10): where each file of a run directory lives (`RunDirectory`).
 - `checkpoint_upgrades` (chapter 10): the checkpoints that earlier releases wrote (format versions 1
   and 2), their digests checked and their contents given today's layout.
+- `checkpoint_checks` (chapter 10): what reading a checkpoint checks (its digest, its parameters, the
+  model it fits) and the errors it raises (`CheckpointError`, `CheckpointMismatch`).
 - `vocabulary_files` (chapter 13): the file of a translation direction's `Vocabularies`
   (`vocab.json`), read, written and fingerprinted.
 - `corpus_cache` (chapter 13): the cache of encoded corpora, and BPE-dropout's new sample of the

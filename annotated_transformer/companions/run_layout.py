@@ -27,12 +27,6 @@ class RunDirectory:
         self.model = path / "model.pt"  # the average of the last checkpoints (§6.1, chapter 14)
         self.lock = path / "run.lock"  # held by the process that trains the run (`run_lock`)
 
-    @classmethod
-    def of(cls, run: RunDirectory | str | Path) -> RunDirectory:
-        """`run` itself when it is a `RunDirectory` (an open `Run` among them), else the run directory
-        at the path `run`: what a function given either works on, without a second object for a run."""
-        return run if isinstance(run, RunDirectory) else cls(run)
-
     def checkpoint_paths(self) -> list[Path]:
         """The step checkpoints, oldest first (`CheckpointDirectory.paths`); [] before the first."""
         return CheckpointDirectory(self.checkpoints).paths()

@@ -7,6 +7,8 @@
 - `torch_support`: what this machine and this torch can do (`torch.compile`, a precision), and the
   allocator setting of a run on a CPU.
 - `processes`: which process of a distributed run this is (`is_main_process`: rank 0 writes).
+- `files`: the one way the package writes a file (`atomic_write`: a temporary file, flushed and
+  renamed over its target), and a full disk said in one line (`DiskFullError`; chapter 10).
 - `progress`: `Progress`, what training shows while it runs.
 - `prefetch`: `prefetched`, the next micro-batches built in a background thread.
 - `book_figures`: the result files the package ships, and `glue`, which hands a figure a chapter

@@ -95,12 +95,12 @@ class LongRun:
     holds `extra`, which should hold the run's recipe (`extra["recipe"]`, which restores a damaged
     recipe.json), and the minutes so far. Rank 0 (`is_main_process`) alone writes the files."""
 
-    def __init__(self, run: RunDirectory | str | Path, trainer: Trainer, extra: dict, keep: int = 0,
+    def __init__(self, run_dir: str | Path, trainer: Trainer, extra: dict, keep: int = 0,
                  max_minutes: float | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.files, self.trainer, self.extra = RunDirectory.of(run), trainer, extra  # an open Run, or a path
+        self.files, self.trainer, self.extra = RunDirectory(run_dir), trainer, extra
         self.max_minutes = max_minutes
         self.checkpoints = CheckpointDirectory(self.files.checkpoints, keep)
-        self.hardware = record_hardware(self.files, trainer.device, trainer.world_size)
+        self.hardware = record_hardware(self.files.path, trainer.device, trainer.world_size)
         resumed = resume_run(trainer, self.checkpoints)
         self.clock_fit = ClockFit(trainer, max_minutes, extra)
         self.clock_fit.restore(resumed)

@@ -32,26 +32,26 @@ def run_fingerprint(recipe: Any, vocabs: Vocabularies, config: TransformerConfig
     return {"recipe": recipe.to_dict(), "vocab_sha256": vocabularies_sha256(vocabs), "config_sha256": config_sha256(config)}
 
 
-def _check_vocabulary(run: RunDirectory | Path, vocabs: Vocabularies, problem: str, remedy: str) -> None:
+def _check_vocabulary(run_dir: str | Path, vocabs: Vocabularies, problem: str, remedy: str) -> None:
     """Refuse `vocabs` unless their fingerprint is the one the run's checkpoints recorded (any, when
     none did): the one comparison of a run's vocabulary. `problem` and `remedy` start and end the
     message; between them, the file that recorded the fingerprint."""
-    expected, source = recorded(run, "vocab_sha256")
+    expected, source = recorded(run_dir, "vocab_sha256")
     check_fingerprint(vocabs, expected, f"{problem} {source} was trained with (fingerprints differ){remedy}")
 
 
-def check_run_vocabulary(run: RunDirectory | Path, vocabs: Vocabularies) -> None:
+def check_run_vocabulary(run_dir: str | Path, vocabs: Vocabularies) -> None:
     """Refuse a vocabulary that the run's checkpoints were not trained with: two vocabularies of the
     same size fit the same model, and only the fingerprint tells them apart."""
-    _check_vocabulary(run, vocabs, f"{RunDirectory.of(run).vocab} is not the vocabulary",
+    _check_vocabulary(run_dir, vocabs, f"{RunDirectory(run_dir).vocab} is not the vocabulary",
                       ": put the run's own vocab.json back, or train in a new run directory")
 
 
-def check_rebuilt_vocabulary(run: RunDirectory | Path, vocabs: Vocabularies, damaged: VocabularyError) -> None:
+def check_rebuilt_vocabulary(run_dir: str | Path, vocabs: Vocabularies, damaged: VocabularyError) -> None:
     """A run's `vocab.json` was `damaged` and `vocabs` were built again from the training data
     (building is deterministic, chapter 13): refuse them unless their fingerprint is the one the run's
     checkpoints recorded, else say so and keep the damaged file beside them as vocab.json.damaged."""
-    _check_vocabulary(run, vocabs, f"{damaged}; built again, it is not the vocabulary",
+    _check_vocabulary(run_dir, vocabs, f"{damaged}; built again, it is not the vocabulary",
                       ": restore vocab.json from a backup, or train in a new run directory")
     note(f"{damaged}; built it again from the training data (kept the damaged file as "
-         f"{set_aside(RunDirectory.of(run).vocab).name})")
+         f"{set_aside(RunDirectory(run_dir).vocab).name})")

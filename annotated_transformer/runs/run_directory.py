@@ -51,14 +51,12 @@ except ImportError:  # Windows: runs are not locked
 
 class Run(RunDirectory):
     """A run directory held for one session of training (`open_run` makes it, once): where its files
-    are (`RunDirectory`), the recipe it trains (`settings`: every setting by name), and whether this
-    process writes the run's files (`writes`: rank 0 of a distributed run, or a lone process). The
-    session's parts (its vocabularies, its `LongRun`, the finish) are handed this object, not a path."""
+    are (`RunDirectory`) and the recipe it trains (`settings`: every setting by name). The functions
+    of the run layer take the run directory's path; a session hands them `run.path`."""
 
     def __init__(self, path: str | Path, settings: dict) -> None:
         super().__init__(path)
         self.settings = settings
-        self.writes = is_main_process()
 
 
 def read_json(path: Path) -> Any:
@@ -94,9 +92,9 @@ def peek_extra(path: Path) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def recorded(run: RunDirectory | Path, key: str) -> tuple[Any, Path | None]:
+def recorded(run_dir: str | Path, key: str) -> tuple[Any, Path | None]:
     """The newest value of `extra[key]` in a run's checkpoints and model.pt, and the file it is in."""
-    for path in reversed(RunDirectory.of(run).work()):
+    for path in reversed(RunDirectory(run_dir).work()):
         value = peek_extra(path).get(key)
         if value is not None:
             return value, path
@@ -139,7 +137,7 @@ def _saved_recipe(files: RunDirectory, has_work: bool) -> dict | None:
     (restored to recipe.json), or None when the run has no training to protect yet."""
     path = files.recipe
     if not path.exists():
-        copy, source = recorded(files, "recipe") if has_work else (None, None)
+        copy, source = recorded(files.path, "recipe") if has_work else (None, None)
         if isinstance(copy, dict):
             note(f"{path} is missing: the run's recipe is taken from {source}")
         return copy if isinstance(copy, dict) else None
@@ -152,7 +150,7 @@ def _saved_recipe(files: RunDirectory, has_work: bool) -> dict | None:
         if not has_work:
             note(f"{error}; it is replaced, since the run holds no checkpoint yet")
             return None
-        copy, source = recorded(files, "recipe")
+        copy, source = recorded(files.path, "recipe")
         if not isinstance(copy, dict):
             raise ValueError(f"{error}, and no checkpoint of {files.path} holds a copy of the recipe: restore "
                              f"recipe.json from a backup, or train in a new run directory") from None
@@ -164,7 +162,7 @@ def _saved_recipe(files: RunDirectory, has_work: bool) -> dict | None:
 
 
 def settle_recipe(
-    run: RunDirectory | Path, recipe: dict, upgrade: _Upgrade | None = None,
+    run_dir: str | Path, recipe: dict, upgrade: _Upgrade | None = None,
     built_from: Mapping[str, Collection[str]] | None = None,
 ) -> None:
     """Make `recipe` (every setting, by name) the recipe of `run_dir` (its recipe.json), or refuse
@@ -178,7 +176,7 @@ def settle_recipe(
     `upgrade(saved)`: a recipe saved by an earlier version, as today's recipes spell it (a field
     added since with the value such runs used, a renamed one under its new name).
     """
-    files = RunDirectory.of(run)
+    files = RunDirectory(run_dir)
     run_dir = files.path
     has_work = bool(files.work())
     write = is_main_process()  # the other ranks of a distributed run only check
@@ -215,12 +213,12 @@ def _make_run_dir(run_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(run: RunDirectory | Path) -> Iterator[None]:
+def run_lock(run_dir: str | Path) -> Iterator[None]:
     """Make `run_dir`, and hold its lock (`run.lock`) while the block runs, on rank 0: a
     process that tries to train there meanwhile is refused at once (RunInUse), with the id of the
     process that holds it. The operating system drops the lock when its process ends, however it
     ends. Without fcntl (Windows), runs are not locked."""
-    files = RunDirectory.of(run)
+    files = RunDirectory(run_dir)
     _make_run_dir(files.path)
     if not is_main_process() or fcntl is None:
         yield
@@ -281,26 +279,25 @@ def open_run(
 ) -> Iterator[Run]:
     """Hold `run_dir` for one session of training, and yield it as a `Run`, the one object of the
     session: a full disk met in the block is said with the checkpoint to resume from
-    (`_disk_full_advice`); rank 0 (`Run.writes`) holds the run's lock (`run_lock`), removes what a
+    (`_disk_full_advice`); rank 0 (`is_main_process`) holds the run's lock (`run_lock`), removes what a
     killed process left half-written, and settles the recipe (`settle_recipe`, with `upgrade` and
     `built_from`), while every other rank of a distributed run waits for it."""
     run = Run(run_dir, recipe)
-    with _disk_full_advice(run), run_lock(run):
+    with _disk_full_advice(run), run_lock(run.path):
         for directory in (run.path, run.checkpoints, run.cache):
             # no other process writes there: rank 0 holds the lock
-            if run.writes and directory.is_dir():
+            if is_main_process() and directory.is_dir():
                 remove_stale_temporaries(directory)
-        settle_recipe(run, run.settings, upgrade, built_from)
+        settle_recipe(run.path, run.settings, upgrade, built_from)
         if rank_and_world_size()[1] > 1:
             torch.distributed.barrier()
         yield run
 
 
-def read_history(run: RunDirectory | str | Path) -> list[dict]:
-    """The step records of a run's history.json (`run`: the run directory, or the file): the one
+def read_history(path: str | Path) -> list[dict]:
+    """The step records of a run's history.json (`path`: the run directory, or the file): the one
     reader of that file. ValueError, naming the file, when it is missing or damaged."""
-    is_run = isinstance(run, RunDirectory) or Path(run).is_dir()
-    path = RunDirectory.of(run).history if is_run else Path(run)
+    path = RunDirectory(path).history if Path(path).is_dir() else Path(path)
     if not path.exists():
         raise ValueError(f"{path} does not exist: the run has not trained yet")
     records = read_json(path)
@@ -371,10 +368,10 @@ class RunHistory:
             atomic_write_text(self.path, json.dumps(self.records))
 
 
-def _read_run_info(run: RunDirectory | Path) -> dict:
+def _read_run_info(run_dir: str | Path) -> dict:
     """The run's run.json (`{"data_dir": ...}`): {} when it is missing or damaged."""
     try:
-        info = read_json(RunDirectory.of(run).info)
+        info = read_json(RunDirectory(run_dir).info)
     except ValueError:
         return {}
     return info if isinstance(info, dict) else {}
@@ -387,16 +384,16 @@ def run_data_dir(run_dir: str | Path) -> Path | None:
     return Path(value) if isinstance(value, str) else None
 
 
-def record_data_dir(run: RunDirectory | Path, corpus_options: dict) -> None:
+def record_data_dir(run_dir: str | Path, corpus_options: dict) -> None:
     """Keep the folder the training data came from, if `corpus_options` names one, in run.json."""
     if corpus_options.get("root") is not None:
-        info = {**_read_run_info(run), "data_dir": str(Path(corpus_options["root"]).resolve())}
-        atomic_write_text(RunDirectory.of(run).info, json.dumps(info, indent=1))
+        info = {**_read_run_info(run_dir), "data_dir": str(Path(corpus_options["root"]).resolve())}
+        atomic_write_text(RunDirectory(run_dir).info, json.dumps(info, indent=1))
 
 
-def record_hardware(run: RunDirectory | Path, device: torch.device, world_size: int) -> dict:
+def record_hardware(run_dir: str | Path, device: torch.device, world_size: int) -> dict:
     """hardware.json: the machine of the run's first session (written again if it is damaged)."""
-    path = RunDirectory.of(run).hardware
+    path = RunDirectory(run_dir).hardware
     if path.exists():
         try:
             return read_json(path)

@@ -7,28 +7,19 @@ directory, resumed from its newest checkpoint, its last checkpoints averaged at 
 __all__ = ['train_translation']
 
 # %% ../../book/14_translation.ipynb #68f3c056
-import functools
-import warnings
 from pathlib import Path
 
 import torch
 
 from ..data import corpus
 from ..decoding import average_checkpoints
-from ..model import Transformer, make_model
-from ..companions.vocabulary_files import read_vocabularies
+from ..model import make_model
 from ..companions.corpus_cache import cached_encode_pairs, training_batches
 from ..training import Trainer
-from ..checkpoints import checkpoint_step, save_checkpoint
-from ..companions.hardware import check_device
-from .run_directory import Run, open_run, record_data_dir
-from .long_run import LongRun
-from ..helpers.processes import rank_and_world_size
 from ..recipes import Recipe
 from ..translation import Validator
-from .recipe_files import BUILT_FROM, check_run_vocabulary, run_fingerprint
+from .bookkeeping import RunBookkeeping
 from .translation_files import TrainingRun, load_vocabularies
-from ..companions.translation_checks import batch_warning
 
 
 def train_translation(
@@ -38,57 +29,24 @@ def train_translation(
     corpus_options: dict | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
-    validator: "Validator | None" = None,
+    validator: Validator | None = None,
 ) -> TrainingRun:
     """Train a translation model with `recipe` in `run_dir`, resuming from its newest checkpoint, and
     average the last `recipe.average_last` checkpoints into `model.pt` (§6.1). With a `validator`,
     rank 0 also scores the model on held-out sentences every `validator.every` steps and at the end,
     into `validation.json`."""
-    device = check_device(device)
-    run_dir, corpus_options = Path(run_dir), corpus_options or {}
-    rank, world_size = rank_and_world_size()  # under torchrun, each process trains its share
-    upgrade = lambda saved: Recipe.from_dict(saved).to_dict()  # a recipe.json of an older version
-    with open_run(run_dir, recipe.to_dict(), upgrade, BUILT_FROM) as run:  # the session's one `Run`
-        train_pairs = corpus(recipe.corpus, "train", **corpus_options)  # chapter 12
-        if run.writes:  # rank 0, the one process that writes the run's files
-            record_data_dir(run, corpus_options)
-        vocabs = load_vocabularies(run, recipe, train_pairs)  # chapter 13
-        encoded = cached_encode_pairs(train_pairs, vocabs, run.cache)
+    with RunBookkeeping.open(recipe, run_dir, device, corpus_options) as books:  # the run held, the device
+        train_pairs = corpus(recipe.corpus, "train", **books.corpus_options)  # chapter 12
+        vocabs = load_vocabularies(books.run.path, recipe, train_pairs)  # chapter 13
+        encoded = cached_encode_pairs(train_pairs, vocabs, books.run.cache)
         epoch_batches = training_batches(train_pairs, encoded, vocabs, recipe.bpe_dropout, recipe.max_tokens,
-                                         seed=recipe.train.seed, rank=rank, world_size=world_size,
-                                         pin_memory=device.type == "cuda")  # bpe_dropout: a sample an epoch
+                                         seed=recipe.train.seed, **books.shard)  # chapter 6: this rank's share
         torch.manual_seed(recipe.train.seed)
         model = make_model(recipe.model_config(vocabs))  # chapter 5
-        trainer = Trainer(model, recipe.train_config(progress), device=device)  # chapter 9
-        check_run_vocabulary(run, vocabs)
-        extra = {**run_fingerprint(recipe, vocabs, model.config),  # in every checkpoint of the run
-                 "longest_source": max(map(len, encoded.source), default=0)}
-        # chapter 10: resumed from the newest checkpoint
-        session = LongRun(run, trainer, extra, keep=recipe.average_last, max_minutes=recipe.max_minutes)
-        resumed_step = trainer.step
-        warning = batch_warning(encoded.lengths(), recipe.max_tokens)
-        if run.writes and warning is not None and trainer.step < recipe.train.max_steps:
-            warnings.warn(warning, stacklevel=2)
-        score = functools.partial(validator, trainer.model, vocabs) if validator is not None else None
-        stopped = session.train(epoch_batches, score, every=validator.every if validator is not None else 0)
-        model = _finish_run(run, recipe, trainer.model, extra=session.extra)
-    return TrainingRun(run.path, recipe, vocabs, model, session.history.records,
-                       session.history.minutes_trained(), session.hardware, steps=trainer.step,
-                       out_of_time=stopped, fitted_last_step=session.fitted_last_step,
-                       resumed_step=resumed_step)
-
-# %% ../../book/14_translation.ipynb #226f8ab8
-def _finish_run(run: Run, recipe: Recipe, model: Transformer, extra: dict | None = None) -> Transformer:
-    """Average the last checkpoints into `model.pt` (§6.1), with the run's fingerprints (by default
-    those of its recipe, vocab.json and `model`) and `extra`; every rank but 0 of a
-    distributed run only averages."""
-    paths = run.checkpoint_paths()[-recipe.average_last :]
-    if paths:
-        model.load_state_dict(average_checkpoints(paths))
-    if not run.writes:
-        return model
-    fingerprint = run_fingerprint(recipe, read_vocabularies(run.vocab), model.config)
-    extra = {**fingerprint, **(extra or {}), "averaged": [p.name for p in paths]}
-    extra.pop("minutes", None)  # the minutes of one checkpoint, not of the average
-    save_checkpoint(run.model, model, step=checkpoint_step(paths[-1]) if paths else 0, extra=extra)
-    return model
+        trainer = Trainer(model, recipe.train_config(progress), device=books.device)  # chapter 9: Adam, eq. (3)
+        books.resume(trainer, vocabs, encoded)  # chapter 10: from the newest checkpoint, if there is one
+        books.train(epoch_batches, vocabs, validator)  # to max_steps or max_minutes
+        averaged = books.run.checkpoint_paths()[-recipe.average_last :]
+        if averaged:  # §6.1: the model is the average of the last checkpoints (chapter 11)
+            trainer.model.load_state_dict(average_checkpoints(averaged))
+        return books.finish(trainer.model, averaged, vocabs)  # model.pt, and the run read back

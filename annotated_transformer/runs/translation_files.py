@@ -19,12 +19,12 @@ __all__ = ["TrainingRun", "load_vocabularies"]
 
 
 def load_vocabularies(
-    run: RunDirectory | Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]
+    run_dir: str | Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]
 ) -> Vocabularies:
     """The run's vocabularies: read from its `vocab.json`, or built from the training pairs (chapter
     13) and saved. A damaged `vocab.json` is built again, and kept only if its fingerprint is the one
     the run's checkpoints recorded (`check_rebuilt_vocabulary`)."""
-    path = RunDirectory.of(run).vocab
+    path = RunDirectory(run_dir).vocab
     damaged = None
     if path.exists():
         try:
@@ -33,7 +33,7 @@ def load_vocabularies(
             damaged = error
     vocabs = build_vocabularies(train_pairs, recipe.vocab, recipe.vocab_size, recipe.min_freq)
     if damaged is not None:  # built again from the same data, the same vocabulary (chapter 13)
-        check_rebuilt_vocabulary(run, vocabs, damaged)
+        check_rebuilt_vocabulary(run_dir, vocabs, damaged)
     write_vocabularies(vocabs, path)
     return vocabs
 
