@@ -275,7 +275,7 @@ def test_every_layer_is_seen():
     """The finder sees modules in every layer, so that an empty graph cannot pass the tests above."""
     graph = import_graph()
     assert {layer_of(name) for name in graph} == set(LAYERS)
-    assert "runs.run_directory" in graph["runs.translation"] and "training" in graph["runs.long_run"]
+    assert "runs.run_directory" in graph["runs.bookkeeping"] and "training" in graph["runs.long_run"]
 
 
 def test_no_library_module_guards_its_imports():
