@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import one_line
 
-import annotated_transformer.files as files
+import annotated_transformer.helpers.files as files
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
 from annotated_transformer.companions.vocabulary_files import bpe_from_json, bpe_to_json
 from annotated_transformer.data import builtin_corpus
