@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 
 from .attention import padding_mask, target_mask
+from .helpers.batch_checks import check_copy_task, check_lengths
+from .helpers.batch_checks import check_pairs, check_shard
 
 PAD: int = 0  # padding: fills the short rows of a batch; never a correct output
 BOS: int = 1  # beginning of sentence: the first input of the decoder
@@ -72,14 +74,6 @@ class Batch:
         (`to(device, non_blocking=True)`)."""
         return Batch(*(t.pin_memory() for t in self.tensors()), pad=self.pad, n_tokens=self.n_tokens)
 
-# %% ../book/06_batching.ipynb #0a0345f3
-def _check_sequence(ids: Sequence[int], pad: int, what: str) -> None:
-    if pad in ids:
-        raise ValueError(
-            f"{what} contains the padding id {pad}; pass the ids without padding (make_batch pads), "
-            f"and make sure the vocabulary never maps a real token to {pad}"
-        )
-
 # %% ../book/06_batching.ipynb #a6e60041
 def make_batch(
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
@@ -94,16 +88,7 @@ def make_batch(
     prepended for the decoder input and `eos` appended for the decoder output. A target may be
     empty (the model must then predict `eos` at once); a source may not.
     """
-    if len(pairs) == 0:
-        raise ValueError("empty batch: make_batch needs at least one (source, target) pair")
-    for i, (src, tgt) in enumerate(pairs):
-        if len(src) == 0:
-            raise ValueError(
-                f"empty sequence: the source of pair {i} has no tokens; drop empty sentences "
-                f"before batching (the encoder needs at least one position to attend to)"
-            )
-        _check_sequence(src, pad, f"the source of pair {i}")
-        _check_sequence(tgt, pad, f"the target of pair {i}")
+    check_pairs(pairs, pad)
     src_len = max(len(src) for src, _ in pairs)
     tgt_len = max(len(tgt) for _, tgt in pairs) + 1  # room for bos (input) or eos (output)
     # Pad as Python lists and convert once: one tensor per batch, not one per sentence.
@@ -125,17 +110,6 @@ def _rng(seed: int, epoch: int) -> random.Random:
     return random.Random(f"annotated-transformer/{seed}/{epoch}")
 
 
-def _check_lengths(lengths: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    pairs = [(int(s), int(t)) for s, t in lengths]
-    for i, (s, t) in enumerate(pairs):
-        if s < 1 or t < 0:
-            raise ValueError(
-                f"lengths[{i}] = ({s}, {t}): a source needs at least one token and a target length "
-                f"cannot be negative (empty sequence); drop such pairs before batching"
-            )
-    return pairs
-
-
 def batch_by_tokens(
     lengths: Sequence[tuple[int, int]],
     max_tokens: int,
@@ -155,7 +129,7 @@ def batch_by_tokens(
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-    pairs = _check_lengths(lengths)
+    pairs = check_lengths(lengths)
     rng = _rng(seed, epoch)
     tie_break = [rng.random() for _ in pairs] if shuffle else list(range(len(pairs)))
     order = sorted(range(len(pairs)), key=lambda i: (pairs[i][0], pairs[i][1], tie_break[i]))
@@ -196,7 +170,7 @@ def padding_stats(batches: list[list[int]], lengths: Sequence[tuple[int, int]]) 
 
     Returns {'real': int, 'padded': int, 'efficiency': real / padded, 'n_batches': int}.
     """
-    pairs = _check_lengths(lengths)
+    pairs = check_lengths(lengths)
     real = padded = 0
     for batch in batches:
         if not batch:
@@ -224,7 +198,7 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
         self, lengths: Sequence[tuple[int, int]], max_tokens: int, shuffle: bool = True, seed: int = 0
     ) -> None:
         super().__init__()
-        self.lengths = _check_lengths(lengths)
+        self.lengths = check_lengths(lengths)
         self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
@@ -255,15 +229,7 @@ def shard_batches(batches: Sequence[_T], rank: int, world_size: int) -> list[_T]
     At step j the ranks hold batches j*k .. j*k + k - 1 of it: a step on k ranks sees what one
     process sees with `accumulate=k`.
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
-    if 0 < len(batches) < world_size:
-        raise ValueError(
-            f"{len(batches)} batches cannot be shared by {world_size} ranks: every rank needs at least "
-            f"one; use a smaller max_tokens or more data"
-        )
+    check_shard(len(batches), rank, world_size)
     return list(batches[rank::world_size][: len(batches) // world_size])
 
 # %% ../book/06_batching.ipynb #c4a29d69
@@ -274,14 +240,7 @@ def copy_task(
 
     Lengths are uniform in [min_len, max_len]; the result is deterministic given `seed`.
     """
-    if n < 0:
-        raise ValueError(f"n must be a number of pairs (>= 0), got {n}")
-    if vocab_size <= UNK + 1:
-        raise ValueError(
-            f"vocab_size must be larger than {UNK + 1} (ids 0..{UNK} are special tokens), got {vocab_size}"
-        )
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    check_copy_task(n, vocab_size, min_len, max_len, first_id=UNK + 1)
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):

@@ -9,17 +9,13 @@ __all__ = ['TORCHRUN_VARIABLES', 'DistributedContext', 'init_distributed', 'shut
 
 # %% ../book/15_distributed.ipynb #16779f71
 import os
-import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from .batching import Batch, TokenBatchSampler, batch_by_tokens, copy_task, make_batch
-from .batching import shard_batches
-from .model import TransformerConfig, make_model
 from .acceleration import default_device
-from .training import TrainConfig, Trainer
+from .batching import TokenBatchSampler, shard_batches
 
 # %% ../book/15_distributed.ipynb #6ca34180
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -146,48 +142,3 @@ class DistributedTokenBatchSampler(TokenBatchSampler):
 
     def __len__(self) -> int:
         return self._n_batches // self.world_size
-
-# %% ../book/15_distributed.ipynb #ab5d3592
-def _free_port() -> int:
-    """A TCP port that is free on this machine now: the meeting point of a local run."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _equivalence_config() -> TransformerConfig:
-    return TransformerConfig(
-        src_vocab_size=20, tgt_vocab_size=20, n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0,
-        max_len=64,
-    )
-
-
-def _equivalence_trainer(steps: int, accumulate: int = 1) -> Trainer:
-    """The chapter's check: a small model without dropout, the same on every rank."""
-    torch.manual_seed(0)
-    config = TrainConfig(max_steps=steps, accumulate=accumulate, warmup=10, progress=False, log_every=0)
-    return Trainer(make_model(_equivalence_config()), config, device="cpu")
-
-
-def _equivalence_batches(epoch: int, rank: int = 0, world_size: int = 1) -> list[Batch]:
-    """The chapter's check: one epoch of copy-task batches of about 256 tokens, this rank's share."""
-    pairs = copy_task(400, vocab_size=20, min_len=2, max_len=12, seed=0)
-    order = batch_by_tokens([(len(src), len(tgt)) for src, tgt in pairs], 256, seed=0, epoch=epoch)
-    return [make_batch([pairs[i] for i in batch]) for batch in shard_batches(order, rank, world_size)]
-
-
-def _equivalence_worker(rank: int, world_size: int, port: int, steps: int, out: str) -> None:
-    """One rank of the chapter's check (`torch.multiprocessing.spawn` passes `rank`): trains on
-    its share on the CPU with Gloo, and saves its parameters and history to `out/rank{rank}.pt`."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)  # two processes share the cores
-    context = init_distributed("gloo", device="cpu")
-    try:
-        trainer = _equivalence_trainer(steps)
-        history = trainer.fit(lambda epoch: _equivalence_batches(epoch, context.rank, context.world_size))
-        result = {"model": trainer.model.state_dict(), "loss": [stats.loss for stats in history],
-                  "n_tokens": [stats.n_tokens for stats in history], "epoch": trainer.epoch}
-        torch.save(result, os.path.join(out, f"rank{rank}.pt"))
-    finally:
-        shutdown_distributed()

@@ -52,9 +52,10 @@ from torch import Tensor
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention import padding_mask, target_mask
 from annotated_transformer.batching import Batch, batch_by_tokens
+from annotated_transformer.companions.chunked_loss import projected_smoothed_loss
 from annotated_transformer.model import Transformer, TransformerConfig, make_model
 from annotated_transformer.multi_head_attention import MultiHeadAttention
-from annotated_transformer.regularization import LabelSmoothingLoss, projected_smoothed_loss
+from annotated_transformer.regularization import LabelSmoothingLoss
 
 LEVERS = (
     "baseline", "bucketed", "real-rows loss", "fixed shapes", "fused qkv", "causal attention", "together"

@@ -18,10 +18,10 @@ from helpers import max_difference, parameters, small_config, tiny_trainer
 from annotated_transformer.acceleration import default_device
 from annotated_transformer.batching import TokenBatchSampler, batch_by_tokens, copy_task, make_batch
 from annotated_transformer.checkpoints import CheckpointDirectory, checkpoint_paths, read_checkpoint
+from annotated_transformer.companions.distributed_check import free_port
 from annotated_transformer.distributed import (
     TORCHRUN_VARIABLES,
     DistributedTokenBatchSampler,
-    _free_port,
     init_distributed,
     shard_batches,
     shutdown_distributed,
@@ -105,7 +105,7 @@ def _clock_fitted_run(out: str) -> dict:
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("distributed")
-    torch.multiprocessing.spawn(_worker, args=(str(out), _free_port()), nprocs=WORLD)
+    torch.multiprocessing.spawn(_worker, args=(str(out), free_port()), nprocs=WORLD)
     return out, [torch.load(out / f"rank{rank}.pt") for rank in range(WORLD)]
 
 

@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from annotated_transformer.batching import PAD, make_batch
+from annotated_transformer.companions.chunked_loss import projected_smoothed_loss
 from annotated_transformer.model import make_model
 from annotated_transformer.regularization import (
     LabelSmoothingLoss,
     perplexity,
-    projected_smoothed_loss,
     rdrop_forward_loss,
     rdrop_loss,
     smoothed_distribution,

@@ -1,6 +1,10 @@
 """Companions of the chapters: hand-written modules that sit beside one chapter's modules, import
 only that chapter's and earlier ones, and are used by that chapter and later ones.
 
+- `schedule_explorer` (chapter 7): §5.3's learning-rate schedule as an interactive chart (Altair, for
+  the book).
+- `chunked_loss` (chapter 8): the output layer and the label-smoothed loss a chunk of rows at a time
+  (`projected_smoothed_loss`), for a large vocabulary's memory.
 - `training_checks` (chapter 9): the range checks of a `TrainConfig`.
 - `hardware` (chapter 9, §5.2): the device a run uses, checked before any work, and a description of
   the machine.
@@ -17,4 +21,6 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `translation_checks` (chapter 14): what training and translating say about their input.
 - `trained_models` (chapter 14): a trained model read back with its vocabulary (`Translator.load`).
 - `attention_explorer` (chapter 14): the attention maps as an interactive chart (Altair, for the book).
+- `distributed_check` (chapter 15): the check that two processes train as one (`equivalence_worker`,
+  the worker each spawned rank runs, and `free_port`).
 """

@@ -2,6 +2,12 @@
 
 - `input_checks`: what a function is given (sentences, sentence pairs, counts), refused in one line
   that names the argument.
+- `tensor_checks`: what the model's functions are given as tensors (attention masks, token ids,
+  positions, a loss's logits and targets), refused with a message that says how to fix it.
+- `batch_checks`: what chapter 6's batching is given (sentence pairs, their lengths, a share of the
+  batches), refused before any tensor is built.
+- `dropout_masks`: `dropout_keep_mask`, dropout's random mask from 16 random bits per component
+  (chapter 4's `Dropout` on a CPU).
 - `cell_classes`: `add_to_class`, a class written over several notebook cells (chapter 9's `Trainer`).
 - `model_wrappers`: `unwrap_model`, the plain model inside `torch.compile`'s and DDP's wrappers.
 - `torch_support`: what this machine and this torch can do (`torch.compile`, a precision), and the
