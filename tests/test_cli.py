@@ -558,7 +558,7 @@ def fake_multi30k(folder):
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
     """No download and an empty cache: a test that would reach the network fails instead."""
-    import annotated_transformer.data as data
+    import annotated_transformer.companions.multi30k_files as data
 
     def no_network(url, *args, **kwargs):
         raise data.DataError(f"could not download {url}: the tests are offline")

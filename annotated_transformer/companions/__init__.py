@@ -13,6 +13,8 @@ only that chapter's and earlier ones, and are used by that chapter and later one
   and 2), their digests checked and their contents given today's layout.
 - `checkpoint_checks` (chapter 10): what reading a checkpoint checks (its digest, its parameters, the
   model it fits) and the errors it raises (`CheckpointError`, `CheckpointMismatch`).
+- `multi30k_files` (chapter 12): Multi30k's files, downloaded atomically, checked against their pinned
+  SHA-256 and found in a folder or the cache (`multi30k_path`), and `DataError`, which says what to do.
 - `vocabulary_files` (chapter 13): the file of a translation direction's `Vocabularies`
   (`vocab.json`), read, written and fingerprinted.
 - `corpus_cache` (chapter 13): the cache of encoded corpora, and BPE-dropout's new sample of the
