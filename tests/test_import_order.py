@@ -41,6 +41,7 @@ COMPANION_CHAPTERS = {
     "companions.trained_models": 14,
     "companions.attention_explorer": 14,
     "companions.distributed_check": 15,
+    "companions.layer_comparison": 17,
     "companions.run_layout": 10,
     "companions.checkpoint_upgrades": 10,
     "companions.checkpoint_checks": 10,

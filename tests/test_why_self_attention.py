@@ -194,3 +194,18 @@ def test_measure_layer_returns_plain_numbers():
     assert row["flops"] == row["formula"] == layer_flops("convolutional", 8, 4, batch=2)
     assert row["table1"] == 2 * table1_term("convolutional", 8, 4)
     assert isinstance(row["seconds"], float) and row["seconds"] > 0
+
+
+def test_the_companion_tabulates_and_fits_what_it_is_given(capsys):
+    from annotated_transformer.companions.layer_comparison import print_slopes, slope, timing_table
+
+    rows = [{"kind": kind, "n": n, "d": 8, "flops": layer_flops(kind, n, 8),
+             "table1": table1_term(kind, n, 8), "seconds": 1e-6 * n**2}
+            for kind in LAYER_KINDS for n in (4, 8, 16, 32)]
+    assert slope(rows, "self-attention", "n", "seconds") == pytest.approx(2.0)  # time ∝ n²
+    assert slope(rows, "recurrent", "n", "table1") == pytest.approx(1.0)  # n·d²
+    table = timing_table(rows, "n").splitlines()
+    assert len(table) == 5 and table[0].split() == ["n", *LAYER_KINDS]
+    assert table[1].split()[:3] == ["4", "0.016", "ms"]
+    print_slopes(rows, [{**row, "d": row["n"]} for row in rows])
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["self-attention", "2.00", "2.00"]

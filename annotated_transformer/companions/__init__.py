@@ -25,4 +25,6 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `attention_explorer` (chapter 14): the attention maps as an interactive chart (Altair, for the book).
 - `distributed_check` (chapter 15): the check that two processes train as one (`equivalence_worker`,
   the worker each spawned rank runs, and `free_port`).
+- `layer_comparison` (chapter 17): the tables and figures of the chapter's comparison of layers
+  (Table 1's costs as an interactive chart, the timing sweeps, the path lengths).
 """
