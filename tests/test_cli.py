@@ -19,7 +19,7 @@ from helpers import new_run, small_config
 
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_sha256, read_checkpoint, save_checkpoint
-from annotated_transformer.cli.commands import what_was_trained
+from annotated_transformer.cli.commands import _what_was_trained
 from annotated_transformer.cli.recipe_options import option_name
 from annotated_transformer.companions.vocabulary_files import write_vocabularies
 from annotated_transformer.data import corpus
@@ -539,7 +539,7 @@ def test_a_cooldown_fitted_to_the_clock_is_reported_as_such(tmp_path):
     recipe = get_recipe("builtin", max_steps=2650, max_minutes=30.0, cooldown=0.32)
     run = dataclasses.make_dataclass("Run", ["recipe", "run_dir", "steps", "minutes", "out_of_time",
                                              "fitted_last_step"])(recipe, tmp_path, 1998, 30.0, True, 1998)
-    lines = what_was_trained(run, 0)
+    lines = _what_was_trained(run, 0)
     assert lines[1] == ("the time limit (--max-minutes 30.0) allowed about 1,998 of the 2,650 steps on this "
                         "machine: the cooldown was fitted to end there")
     assert len(lines) == 2  # no advice to train on: the schedule has ended
@@ -703,8 +703,8 @@ def test_every_setting_a_library_message_names_is_an_option():
     """A library message names settings as `Setting(name)`; the command line says each as its option.
     A name with no option (a new argument of the data loader, say) would be said as an option that
     does not exist, so every name the package's messages use must be one the parser knows."""
-    from annotated_transformer.cli.commands import option_spelling
-    from annotated_transformer.errors import Setting
+    from annotated_transformer.cli.commands import _option_spelling
+    from annotated_transformer.helpers.errors import Setting
 
     package = Path(__file__).resolve().parents[1] / "annotated_transformer"
     names = {name for path in package.rglob("*.py")  # the machinery's messages too
@@ -716,7 +716,7 @@ def test_every_setting_a_library_message_names_is_an_option():
     options = {option for action in commands.choices["train"]._actions for option in action.option_strings}
     for name in names:
         for value in (..., None, 1):
-            spelled = option_spelling(Setting(name, value))
+            spelled = _option_spelling(Setting(name, value))
             assert re.search(r"--[\w-]+", spelled)[0] in options, (name, spelled)
 
 
@@ -735,13 +735,13 @@ def test_the_argparse_types_refuse_a_bad_value_with_a_reason():
 
 
 def test_a_message_of_several_lines_is_said_on_one():
-    from annotated_transformer.cli.commands import command_line_message
+    from annotated_transformer.cli.commands import _command_line_message
 
     error = ValueError("runs/x holds a run of another configuration:\n  d_model: 128 -> 64\n"
                        "  n_heads: 4 -> 8\n")
-    assert command_line_message(error) == ("runs/x holds a run of another configuration: d_model: 128 -> 64; "
-                                           "n_heads: 4 -> 8")
-    assert command_line_message(ValueError("")) == "ValueError"
+    assert _command_line_message(error) == (
+        "runs/x holds a run of another configuration: d_model: 128 -> 64; n_heads: 4 -> 8")
+    assert _command_line_message(ValueError("")) == "ValueError"
 
 
 def test_what_train_says_on_a_gpu_out_of_memory_and_after_a_divergence(tmp_path):

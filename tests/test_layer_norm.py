@@ -24,7 +24,7 @@ from annotated_transformer.layer_norm import (
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer, rate
 from annotated_transformer.recipes import RECIPES, Recipe
-from annotated_transformer.runs.run_directory import settle_recipe
+from annotated_transformer.runs.run_directory import _settle_recipe
 from annotated_transformer.training import TrainConfig, Trainer
 from annotated_transformer.variations import SCALES, with_seeds
 
@@ -102,9 +102,9 @@ def test_a_run_saved_before_the_new_fields_existed_still_resumes(tmp_path):
     def upgrade(saved: dict) -> dict:  # as chapter 14 reads a recipe saved by an earlier version
         return Recipe.from_dict(saved).to_dict()
 
-    settle_recipe(tmp_path, recipe.to_dict(), upgrade)  # the missing fields: what that run used
+    _settle_recipe(tmp_path, recipe.to_dict(), upgrade)  # the missing fields: what that run used
     with pytest.raises(ValueError, match="norm_position"):
-        settle_recipe(tmp_path, recipe.replace(norm_position="pre").to_dict(), upgrade)
+        _settle_recipe(tmp_path, recipe.replace(norm_position="pre").to_dict(), upgrade)
 
 
 def test_eight_runs_that_differ_only_in_norm_warmup_and_depth():

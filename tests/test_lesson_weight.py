@@ -1,9 +1,11 @@
 """How much code a reader of each chapter meets (the committed notebooks).
 
-A chapter holds at most MAX_CODE_LINES lines of code, hidden cells included (the Colab set-up cell,
-the same in every chapter, excepted): what teaches nothing about the paper or about training and using
-a translator lives in the package's hand-written machinery (annotated_transformer/machinery/), not in
-a collapsed cell. A reader meets an output or a figure at least every MAX_SILENT_RUN lines of visible
+The book holds at most MAX_BOOK_LINES lines of code, the appendix at most MAX_APPENDIX_LINES, and a
+chapter at most MAX_CODE_LINES, hidden cells included (the Colab set-up cell, the same in every
+chapter, and the exercises' solutions excepted): what teaches nothing about the paper or about
+training and using a translator lives in the package's hand-written layers (helpers/, companions/,
+runs/, cli/: CONTRIBUTING.md), which a chapter calls in a line, not in a collapsed cell. A reader
+meets an output or a figure at least every MAX_SILENT_RUN lines of visible
 code (cells not tagged `hide-input`, `hide-cell`, `remove-input` or `remove-cell`); the exercises'
 solutions (tagged `solution`) are not counted. And nothing the package exports
 is collapsed: a hidden cell may hold imports, plotting, glue and a demonstration's scaffolding, never a
@@ -22,6 +24,9 @@ HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 SOLUTION = "solution"  # an exercise's worked solution (tests/test_exercises.py): not the lesson's code
 MAX_SILENT_RUN = 200
 MAX_CODE_LINES = 700
+MAX_BOOK_LINES = 8000
+MAX_APPENDIX_LINES = 400
+APPENDIX = "appendix_recipes"
 FIGURE = re.compile(r"!\[|```\{(figure|image)\}|<img\b")
 COLAB_CELL = "ANNOTATED_TRANSFORMER_REPO"  # a line of the set-up cell (tools/colab_cell.py)
 EXPORT = re.compile(r"^#\|\s*export\b", re.M)
@@ -102,7 +107,7 @@ def test_chapter_is_light(path):
     lines = code_lines(notebook)
     assert lines <= MAX_CODE_LINES, (
         f"{path.name}: {lines} lines of code, hidden cells included, more than {MAX_CODE_LINES}: move "
-        f"what teaches neither the paper nor training into annotated_transformer/machinery/"
+        f"what teaches neither the paper nor training into the package's hand-written layers"
     )
 
 
@@ -111,5 +116,30 @@ def test_nothing_exported_is_collapsed(path):
     collapsed = collapsed_exports(json.loads(path.read_text(encoding="utf-8")))
     assert not collapsed, (
         f"{path.name} hides exported definitions {collapsed}: show them, or move machinery out of the "
-        f"book into annotated_transformer/machinery/"
+        f"book into the package's hand-written layers"
     )
+
+
+def book_lines(paths: list[Path]) -> dict[str, int]:
+    return {path.stem: code_lines(json.loads(path.read_text(encoding="utf-8"))) for path in paths}
+
+
+def test_the_book_is_light():
+    """The whole book's code, and the appendix's, within their caps (the chapters' code counted as
+    above: hidden cells included, the Colab set-up cell and the exercises' solutions aside)."""
+    lines = book_lines(NOTEBOOKS)
+    assert APPENDIX in lines and len(lines) >= 21, sorted(lines)
+    total = sum(lines.values())
+    ranked = sorted(lines.items(), key=lambda item: -item[1])
+    heaviest = ", ".join(f"{name} {count}" for name, count in ranked[:5])
+    assert total <= MAX_BOOK_LINES, f"the book holds {total} lines, over {MAX_BOOK_LINES}: {heaviest}"
+    assert lines[APPENDIX] <= MAX_APPENDIX_LINES, (
+        f"the appendix holds {lines[APPENDIX]} lines of code, more than {MAX_APPENDIX_LINES}")
+
+
+def test_the_book_count_sees_every_line(tmp_path):
+    """A planted cell of 9,000 lines makes the book too heavy: the count reads every notebook."""
+    heavy = tmp_path / "99_heavy.ipynb"
+    heavy.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "x = 1\n" * 9000, "metadata": {},
+                                            "outputs": []}]}), encoding="utf-8")
+    assert sum(book_lines([*NOTEBOOKS, heavy]).values()) > MAX_BOOK_LINES

@@ -1,5 +1,5 @@
 """The run machinery (`annotated_transformer.machinery`) on a run of the copy task, not a translation:
-one session of a run (`LongRun`) in its run directory, its recipe settled (`settle_recipe`), its
+one session of a run (`LongRun`) in its run directory, its recipe settled (`_settle_recipe`), its
 history read by one reader (`read_history`), and the cooldown fitted to a clock (`ClockFit`), on a
 simulated clock so that every step takes the same time and every decision is exact."""
 
@@ -15,10 +15,10 @@ from annotated_transformer.runs.long_run import ClockFit, LongRun
 from annotated_transformer.runs.run_directory import (
     RunDirectory,
     RunHistory,
+    _settle_recipe,
     open_run,
     peek_extra,
     read_history,
-    settle_recipe,
 )
 
 
@@ -74,20 +74,20 @@ def test_a_fast_machine_trains_its_planned_steps(tmp_path):
 def test_a_recipe_is_refused_under_checkpoints_and_taken_before_with_its_built_files_removed(tmp_path):
     run_dir = tmp_path / "run"
     built = {"vocab": ("vocab_size",), "cache": ("vocab_size",)}
-    settle_recipe(run_dir, {"vocab_size": 100, "lr": 1.0})
+    _settle_recipe(run_dir, {"vocab_size": 100, "lr": 1.0})
     files = RunDirectory(run_dir)
     files.vocab.write_text("{}")
     files.cache.mkdir()
-    settle_recipe(run_dir, {"vocab_size": 100, "lr": 2.0}, built_from=built)  # no checkpoint: taken
+    _settle_recipe(run_dir, {"vocab_size": 100, "lr": 2.0}, built_from=built)  # no checkpoint: taken
     assert files.vocab.exists() and files.cache.exists()  # built from a field that did not change
-    settle_recipe(run_dir, {"vocab_size": 200, "lr": 2.0}, built_from=built)
+    _settle_recipe(run_dir, {"vocab_size": 200, "lr": 2.0}, built_from=built)
     assert not files.vocab.exists() and not files.cache.exists()
     files.model.write_bytes(b"a finished run")
     with pytest.raises(ValueError, match=r"another configuration \(lr: 2\.0 -> 3\.0\)"):
-        settle_recipe(run_dir, {"vocab_size": 200, "lr": 3.0})
-    settle_recipe(run_dir, {"vocab_size": 200, "lr": 2.0, "max_steps": 9})  # a resumable field
+        _settle_recipe(run_dir, {"vocab_size": 200, "lr": 3.0})
+    _settle_recipe(run_dir, {"vocab_size": 200, "lr": 2.0, "max_steps": 9})  # a resumable field
     added_later = {"vocab_size": 200, "lr": 2.0, "new": 1}  # a run saved before "new" existed used 1
-    settle_recipe(run_dir, added_later, upgrade=lambda saved: {"new": 1, **saved})
+    _settle_recipe(run_dir, added_later, upgrade=lambda saved: {"new": 1, **saved})
 
 
 def test_history_json_has_one_reader(tmp_path):

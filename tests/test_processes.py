@@ -14,10 +14,10 @@ from annotated_transformer.helpers.processes import is_main_process, rank_and_wo
 from annotated_transformer.runs.run_directory import (
     RunDirectory,
     RunHistory,
+    _settle_recipe,
     note,
     record_hardware,
     run_lock,
-    settle_recipe,
 )
 
 
@@ -38,7 +38,7 @@ def test_only_rank_0_writes_the_run_files_and_notes(monkeypatch, tmp_path, capsy
     assert rank_and_world_size() == (rank, 2) and is_main_process() == (rank == 0)
     files = RunDirectory(tmp_path / "run")
     with run_lock(files.path):
-        settle_recipe(files.path, {"lr": 1.0})
+        _settle_recipe(files.path, {"lr": 1.0})
         history = RunHistory(files.history, resumed_step=0)
         history.records.append({"step": 1, "minutes": 0.1})
         history.save()

@@ -4,6 +4,7 @@ at its start, a vocabulary that is not the run's. Nothing is lost that the check
 Everything trains tiny models on the built-in corpus (no network, no Multi30k).
 """
 
+import ast
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import pytest
 import torch
 from helpers import OLD_RECIPE_JSON, version_2
 
+import annotated_transformer
 from annotated_transformer.checkpoints import (
     CheckpointError,
     checkpoint_path,
@@ -83,12 +85,12 @@ def test_a_run_writes_only_the_files_of_its_layout(finished):
     names = {path.name for key, path in vars(layout).items() if key != "path"}
     written = {path.name for path in finished.run_dir.iterdir()}
     assert written <= names, written - names
-    assert finished.model_path == layout.model and layout.newest_step() == 4
+    assert layout.model.is_file() and layout.newest_step() == 4
 
 
 def test_every_checkpoint_records_the_recipe_and_the_fingerprints(finished):
     vocabs = read_vocabularies(finished.run_dir / "vocab.json")
-    for path in [*checkpoint_paths(finished.run_dir / "checkpoints"), finished.model_path]:
+    for path in [*checkpoint_paths(finished.run_dir / "checkpoints"), finished.run_dir / "model.pt"]:
         extra = read_checkpoint(path)["extra"]
         assert extra["vocab_sha256"] == vocabularies_sha256(vocabs), path.name
         assert extra["config_sha256"] == config_sha256(finished.model.config), path.name
@@ -298,21 +300,30 @@ def test_evaluate_documents_each_value_it_returns(finished):
     assert "is exactly greedy decoding's" not in evaluate.__doc__
 
 
-def test_a_training_session_opens_its_run_directory_once(tmp_path, monkeypatch):
-    """`train_translation` makes one object of its run directory (the session's `Run`, from
-    `open_run`) and hands it to the vocabularies, the long run and the finish: none of them builds
-    another from the path. Counted on a new run, and on a run resumed and trained further."""
-    made = []
-    original = RunDirectory.__init__
+def run_parameters(source: str) -> list[tuple[str, str, str]]:
+    """(function, parameter, annotation) for every parameter of `source`'s functions whose annotation
+    names a run directory's object (`RunDirectory` or `Run`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if re.search(r"\b(RunDirectory|Run)\b", annotation):
+                    found.append((node.name, arg.arg, annotation))
+    return found
 
-    def counted(self, path):
-        made.append(Path(path))
-        original(self, path)
 
-    monkeypatch.setattr(RunDirectory, "__init__", counted)
-    run_dir = tmp_path / "run"
-    train_translation(recipe(max_steps=2), run_dir, progress=False)
-    assert made == [run_dir]
-    made.clear()
-    run = train_translation(recipe(max_steps=4), run_dir, progress=False)
-    assert made == [run_dir] and run.resumed_step == 2 and run.steps == 4
+def test_the_run_layer_takes_a_path_never_a_run_directory_or_a_path():
+    """One run type in signatures: a function takes a run directory's path (`str | Path`), or, where
+    it works on the layout itself, a `RunDirectory` alone; never a union of both, and no converter
+    between them (`RunDirectory.of`). Checked over every module of the package."""
+    package = Path(annotated_transformer.__file__).parent
+    mixed = [(path.name, *found) for path in sorted(package.rglob("*.py"))
+             for found in run_parameters(path.read_text(encoding="utf-8"))
+             if "|" in found[2]]
+    assert not mixed, f"parameters that take a run directory's object or a path: {mixed}"
+    assert not [path.name for path in package.rglob("*.py") if "RunDirectory.of(" in path.read_text()]
+    planted = "def f(run: RunDirectory | Path, files: RunDirectory, path: str | Path): ...\n"
+    assert run_parameters(planted) == [("f", "run", "RunDirectory | Path"), ("f", "files", "RunDirectory")]
+
+

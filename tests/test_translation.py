@@ -502,7 +502,8 @@ def test_load_says_which_path_it_needed(trained, tmp_path):
         Translator.load(tmp_path / "missing", device="cpu")
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
-    with pytest.raises(FileNotFoundError, match=r"model\.pt .* give one of its checkpoints/\*\.pt$"):
+    with pytest.raises(FileNotFoundError, match=r"unfinished holds no model\.pt yet: finish training .* give one "
+                                                 r"of its checkpoints, .*unfinished/checkpoints/step_\*\.pt$"):
         Translator.load(unfinished, device="cpu")
     with pytest.raises(TypeError, match=r"vocab must be the path of a vocab\.json"):
         Translator.load(trained.run_dir, vocab=3, device="cpu")

@@ -17,14 +17,14 @@ What this module does around them:
 - one rule for errors: `main` ends a command whose input is wrong (an `OSError`, a `ValueError`,
   `CheckpointError` and `VocabularyError` among them, or a `DataError`) with one line that says what
   is wrong and what to do, and exit status 2, never a traceback; a setting that a library message
-  names (a `Setting`, chapter 3) is said as its option (`option_spelling`: `lr_factor` is
+  names (a `Setting`, chapter 3) is said as its option (`_option_spelling`: `lr_factor` is
   `--lr-factor`, the data loader's `root` is `--data-dir`), and a message of several lines is joined
-  into one (`command_line_message`); Ctrl-C ends with exit status 130 and, for `train`, how to
+  into one (`_command_line_message`); Ctrl-C ends with exit status 130 and, for `train`, how to
   resume; anything else is a bug and keeps its traceback;
-- what `train` says: the steps it trained and how to go on after its time limit (`what_was_trained`,
-  `training_report`), what to do on a GPU out of memory (`out_of_memory`) or after a divergence
+- what `train` says: the steps it trained and how to go on after its time limit (`_what_was_trained`,
+  `_training_report`), what to do on a GPU out of memory (`out_of_memory`) or after a divergence
   (`after_divergence`), and a warning when a finite loss is too high for a trained model
-  (`high_loss`); the library's warnings about a recipe (`TrainingWarning`) and about sentences a
+  (`_high_loss`); the library's warnings about a recipe (`TrainingWarning`) and about sentences a
   model cannot read (`InputWarning`) are printed as the command's own, one line on standard error;
 - the files a command reads and writes: sentences from the arguments, `--input` or standard input,
   UTF-8 (`command_files`), and an `--output` checked before the work and written
@@ -53,7 +53,7 @@ from annotated_transformer.cli.command_files import read_input, read_lines, writ
 from annotated_transformer.data import CORPORA, DataError, corpus
 from annotated_transformer.decoding import save_average
 from annotated_transformer.distributed import init_distributed, shutdown_distributed
-from annotated_transformer.errors import Setting, SettingsMessage
+from annotated_transformer.helpers.errors import Setting, SettingsMessage
 from annotated_transformer.files import atomic_write_text
 from annotated_transformer.companions.hardware import check_device
 from annotated_transformer.helpers.processes import is_main_process
@@ -61,7 +61,7 @@ from annotated_transformer.runs.pretrained import PREFIX, available, pretrained_
 from annotated_transformer.cli.recipe_options import add_recipe_options, describe_configuration
 from annotated_transformer.cli.recipe_options import option_name, recipe_from_args
 from annotated_transformer.recipes import RECIPES, Recipe
-from annotated_transformer.runs.run_directory import RunDirectory, peek_extra, read_json, run_data_dir
+from annotated_transformer.runs.run_directory import RunDirectory, read_recipe, recipe_copy, run_data_dir
 from annotated_transformer.training import TrainingDiverged
 from annotated_transformer.companions.translation_checks import TrainingWarning
 from annotated_transformer.runs.translation import train_translation
@@ -71,16 +71,11 @@ from annotated_transformer.translator import InputWarning, Translator, evaluate_
 __all__ = [
     "after_divergence",
     "build_parser",
-    "command_line_message",
     "corpus_options",
-    "high_loss",
     "main",
-    "option_spelling",
     "out_of_memory",
     "parse_device",
     "positive_int",
-    "training_report",
-    "what_was_trained",
 ]
 
 
@@ -135,7 +130,7 @@ def corpus_options(args: argparse.Namespace) -> dict:
     return options
 
 
-def what_was_trained(run: TrainingRun, start_step: int) -> list[str]:
+def _what_was_trained(run: TrainingRun, start_step: int) -> list[str]:
     """What `train` did: the steps it trained (`run.steps`, not the recipe's goal), and when the
     time limit stopped it, how to go on."""
     recipe, run_dir, trained = run.recipe, run.run_dir, run.steps - start_step
@@ -163,10 +158,10 @@ def what_was_trained(run: TrainingRun, start_step: int) -> list[str]:
     return lines
 
 
-def training_report(run: TrainingRun, start_step: int) -> str:
+def _training_report(run: TrainingRun, start_step: int) -> str:
     """What a finished `train` prints: what it did, where the model is, how to use it."""
     files = RunDirectory(run.run_dir)
-    lines = what_was_trained(run, start_step)
+    lines = _what_was_trained(run, start_step)
     if run.history:
         lines.append(f"last training loss {run.history[-1]['loss']:.3f} (label-smoothed, §5.4)")
     steps = [str(files.step_of(path)) for path in files.checkpoint_paths()[-run.recipe.average_last :]]
@@ -191,7 +186,7 @@ def out_of_memory(recipe: Recipe, run_dir: Path) -> str:
             f"checkpoint, or start a new --run-dir with {smaller}")
 
 
-def high_loss(run: TrainingRun) -> str | None:
+def _high_loss(run: TrainingRun) -> str | None:
     """A warning when the last training loss is more than twice that of a uniform guess over the
     target vocabulary: a finite loss that high means the training has diverged all the same."""
     uniform = math.log(len(run.vocabs.target))
@@ -231,9 +226,9 @@ def _run_train(args: argparse.Namespace) -> int:
         except torch.OutOfMemoryError:
             raise ValueError(out_of_memory(recipe, run_dir)) from None
         if is_main_process():
-            print(training_report(run, run.resumed_step))
-            if high_loss(run) is not None:
-                _warn(args, high_loss(run))
+            print(_training_report(run, run.resumed_step))
+            if _high_loss(run) is not None:
+                _warn(args, _high_loss(run))
     finally:
         shutdown_distributed()
     return 0
@@ -249,7 +244,7 @@ def _training_warnings(args: argparse.Namespace) -> Iterator[None]:
 
         def show_now(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, TrainingWarning):
-                _warn(args, command_line_message(message))  # its settings said as options
+                _warn(args, _command_line_message(message))  # its settings said as options
             else:
                 show(message, category, filename, lineno, file, line)
 
@@ -267,18 +262,13 @@ def _run_recipe(args: argparse.Namespace) -> Recipe | None:
     if path is None:
         return None
     try:
-        recipe = read_json(path)  # chapter 10's reader of a run's side files
-        if isinstance(recipe, dict):
-            return Recipe.from_dict(recipe)
-        error = f"{path} is damaged (it holds no recipe)"
-    except ValueError as problem:
-        error = str(problem)
-    model = RunDirectory.model_of(args.checkpoint)
-    copy = peek_extra(model).get("recipe")
-    if not isinstance(copy, dict):
-        raise ValueError(f"{error}: restore it, or give --corpus and --beam-size")
-    _warn(args, f"{error}; using the copy of the recipe in {model} (the same train command repairs it)")
-    return Recipe.from_dict(copy)
+        recipe = read_recipe(path)  # chapter 10's reader of a run's recipe
+    except ValueError as error:
+        recipe, model = recipe_copy([RunDirectory.model_of(args.checkpoint)])
+        if recipe is None:
+            raise ValueError(f"{error}: restore it, or give --corpus and --beam-size") from None
+        _warn(args, f"{error}; using the copy of the recipe in {model} (the same train command repairs it)")
+    return Recipe.from_dict(recipe)
 
 
 def _warn(args: argparse.Namespace, message: str) -> None:
@@ -291,11 +281,6 @@ def _load_translator(args: argparse.Namespace, recipe: Recipe | None) -> Transla
     path = args.checkpoint
     if not path.exists():
         raise FileNotFoundError(f"no run directory or checkpoint at {path}: check the path, or train first")
-    if path.is_dir() and not RunDirectory(path).model.is_file():
-        raise FileNotFoundError(
-            f"{path} holds no model.pt yet: finish training (run the same train command again), or give one "
-            f"of its checkpoints, {RunDirectory(path).checkpoints}/step_*.pt"
-        )
     vocab = args.vocab or RunDirectory.vocab_of(path)  # if it is missing, Translator.load says so
     beam_size = args.beam_size if args.beam_size is not None else recipe.beam_size if recipe else 4
     return Translator.load(path, vocab=vocab, device=check_device(args.device, "--device"),
@@ -561,7 +546,7 @@ def _parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str] | None
 # --- messages and main -----------------------------------------------------------------------------
 
 
-def option_spelling(setting: Setting) -> str:
+def _option_spelling(setting: Setting) -> str:
     """How the command line says a setting that a library message names (see `Setting`): a Recipe
     field as its option (`lr_factor` is --lr-factor), the data loader's `root` as --data-dir and
     `download=False` as --no-download. None is said as leaving the option out (or inf, for a
@@ -578,10 +563,10 @@ def option_spelling(setting: Setting) -> str:
 
 def _spelled(error: BaseException) -> str:
     """An error's message, with the settings it names said as options."""
-    return error.spelled(option_spelling) if isinstance(error, SettingsMessage) else str(error)
+    return error.spelled(_option_spelling) if isinstance(error, SettingsMessage) else str(error)
 
 
-def command_line_message(error: BaseException) -> str:
+def _command_line_message(error: BaseException) -> str:
     """An error message as the command line says it: on one line, with the options where the
     library names its settings (`root` is --data-dir, `lr_factor` is --lr-factor, ...)."""
     lines = [line.strip() for line in _spelled(error).splitlines() if line.strip()]
@@ -600,7 +585,7 @@ def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Callable] =
     try:
         return args.handler(args)
     except (OSError, ValueError, DataError) as error:  # CheckpointError, VocabularyError are ValueErrors
-        parser.exit(2, f"{args.prog}: error: {command_line_message(error)}\n")
+        parser.exit(2, f"{args.prog}: error: {_command_line_message(error)}\n")
     except KeyboardInterrupt:
         advice = "; the same command resumes from the newest checkpoint" if args.command == "train" else ""
         parser.exit(130, f"{args.prog}: interrupted{advice}\n")

@@ -48,9 +48,10 @@ def read_run_model(
     checkpoint = RunDirectory.model_of(check_path(checkpoint, "checkpoint", "a run directory or a .pt file"))
     if vocab is not None:  # its type here; whether it exists, Vocabularies.load says later
         check_path(vocab, "vocab", "a vocab.json", exists=False)
-    if not checkpoint.is_file():  # a directory, but no finished run's
-        raise FileNotFoundError(f"no checkpoint at {checkpoint}: a run directory holds model.pt once its "
-                                f"training has finished; until then, give one of its checkpoints/*.pt")
+    if not checkpoint.is_file():  # a run directory whose training has not finished
+        raise FileNotFoundError(f"{checkpoint.parent} holds no model.pt yet: finish training (run the same "
+                                f"train command again), or give one of its checkpoints, "
+                                f"{checkpoint.parent / 'checkpoints'}/step_*.pt")
     if vocab is None:
         vocab = RunDirectory.vocab_of(checkpoint)
     data = read_checkpoint(checkpoint)

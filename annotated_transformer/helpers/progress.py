@@ -16,10 +16,10 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-__all__ = ["Progress", "StepRecord"]
+__all__ = ["Progress"]
 
 
-class StepRecord(Protocol):
+class _StepRecord(Protocol):
     """What a log line reads of a step's statistics (chapter 9's `StepStats` has it)."""
 
     step: int
@@ -44,7 +44,7 @@ class Progress:
         """One step done."""
         self.bar.update(1)
 
-    def log(self, records: Sequence[StepRecord]) -> None:
+    def log(self, records: Sequence[_StepRecord]) -> None:
         """A log point: print a line about the last of `records`, the steps since the last log point."""
         now = time.perf_counter()
         seconds, self.since = now - self.since, now

@@ -4,7 +4,7 @@ whichever comes first, with its checkpoints and history; not in the paper, a coo
 clock (`ClockFit`). Chapter 10 shows a run resumed, refused and fitted to its clock; chapter 14 trains
 a translator with it."""
 
-__all__ = ["ClockFit", "LongRun", "resume_run"]
+__all__ = ["ClockFit", "LongRun"]
 
 import time
 from collections.abc import Callable, Sequence
@@ -71,7 +71,7 @@ class ClockFit:
             self.apply(min(int(saved["last_step"]), self.trainer.config.max_steps))
 
 
-def resume_run(trainer: Trainer, checkpoints: CheckpointDirectory) -> dict:
+def _resume_run(trainer: Trainer, checkpoints: CheckpointDirectory) -> dict:
     """Resume `trainer` from the newest sound checkpoint, if any, noting each one passed over;
     returns its `extra` ({} for a new run). A run none of whose checkpoints can be resumed is
     refused: training from step 0 would overwrite them."""
@@ -88,7 +88,7 @@ def resume_run(trainer: Trainer, checkpoints: CheckpointDirectory) -> dict:
 
 class LongRun:
     """One session of a training run in its run directory (`RunDirectory`). Made, it has resumed
-    `trainer` from the newest sound checkpoint (`resume_run`), with the minutes of training and the
+    `trainer` from the newest sound checkpoint (`_resume_run`), with the minutes of training and the
     clock's decision (`ClockFit`) that checkpoint recorded, and read the run's history and machine.
     `train` then trains until `trainer.config.max_steps` or `max_minutes` of training (every
     session counted), whichever comes first. Every checkpoint (`save`: the newest `keep` are kept)
@@ -101,7 +101,7 @@ class LongRun:
         self.max_minutes = max_minutes
         self.checkpoints = CheckpointDirectory(self.files.checkpoints, keep)
         self.hardware = record_hardware(self.files.path, trainer.device, trainer.world_size)
-        resumed = resume_run(trainer, self.checkpoints)
+        resumed = _resume_run(trainer, self.checkpoints)
         self.clock_fit = ClockFit(trainer, max_minutes, extra)
         self.clock_fit.restore(resumed)
         self.history = RunHistory(self.files.history, trainer.step, resumed.get("minutes", 0.0), clock)

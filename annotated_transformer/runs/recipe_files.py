@@ -17,12 +17,12 @@ from annotated_transformer.runs.run_directory import RunDirectory, note, recorde
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
 from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 
-__all__ = ["BUILT_FROM", "VOCABULARY_SETTINGS", "check_rebuilt_vocabulary", "check_run_vocabulary", "run_fingerprint"]
+__all__ = ["BUILT_FROM", "check_rebuilt_vocabulary", "check_run_vocabulary", "run_fingerprint"]
 
 # The run's files built from the recipe's data and vocabulary: built again when a run without any
 # checkpoint changes one of these settings (chapter 10's `open_run`).
-VOCABULARY_SETTINGS = ("corpus", "vocab", "vocab_size", "min_freq")
-BUILT_FROM = {"vocab": VOCABULARY_SETTINGS, "cache": VOCABULARY_SETTINGS}
+_VOCABULARY_SETTINGS = ("corpus", "vocab", "vocab_size", "min_freq")
+BUILT_FROM = {"vocab": _VOCABULARY_SETTINGS, "cache": _VOCABULARY_SETTINGS}
 
 
 def run_fingerprint(recipe: Any, vocabs: Vocabularies, config: TransformerConfig) -> dict:

@@ -1,5 +1,5 @@
 """Paper §5.2: runs of 12 hours and 3.5 days, kept in a run directory (`RunDirectory`): a recipe that
-never changes under its checkpoints (`settle_recipe`), its history (`RunHistory`), its machine, a lock
+never changes under its checkpoints (`_settle_recipe`), its history (`RunHistory`), its machine, a lock
 against a second training (`run_lock`), damaged side files restored, a full disk said in one line.
 Chapter 10 shows it at work on a run of the copy task; chapters 14 and 16 keep translation runs in it."""
 
@@ -14,13 +14,14 @@ __all__ = [
     "peek_extra",
     "read_history",
     "read_json",
+    "read_recipe",
+    "recipe_copy",
     "record_data_dir",
     "record_hardware",
     "recorded",
     "run_data_dir",
     "run_lock",
     "set_aside",
-    "settle_recipe",
 ]
 
 import contextlib
@@ -132,36 +133,52 @@ def _check_recipe(run_dir: Path, recipe: dict, saved: dict, upgrade: _Upgrade | 
         )
 
 
+def read_recipe(path: Path) -> dict:
+    """A run's recipe.json; ValueError naming the file when it cannot be read or holds no recipe."""
+    recipe = read_json(path)
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{path} is damaged (it holds no recipe)")
+    return recipe
+
+
+def recipe_copy(files: Sequence[Path]) -> tuple[dict | None, Path | None]:
+    """The copy of a run's recipe that the newest of `files` (its checkpoints, model.pt) holds, and
+    that file: what restores a missing or damaged recipe.json. (None, None) when none holds one."""
+    for path in reversed(files):
+        copy = peek_extra(path).get("recipe")
+        if isinstance(copy, dict):
+            return copy, path
+    return None, None
+
+
 def _saved_recipe(files: RunDirectory, has_work: bool) -> dict | None:
     """The run's recipe.json; when it is damaged or missing, the copy in its newest checkpoint
     (restored to recipe.json), or None when the run has no training to protect yet."""
     path = files.recipe
+    if path.exists():
+        try:
+            return read_recipe(path)
+        except ValueError as damaged:
+            error = damaged
+    copy, source = recipe_copy(files.work()) if has_work else (None, None)
     if not path.exists():
-        copy, source = recorded(files.path, "recipe") if has_work else (None, None)
-        if isinstance(copy, dict):
+        if copy is not None:
             note(f"{path} is missing: the run's recipe is taken from {source}")
-        return copy if isinstance(copy, dict) else None
-    try:
-        saved = read_json(path)
-        if not isinstance(saved, dict):
-            raise ValueError(f"{path} is damaged (it holds no recipe)")
-        return saved
-    except ValueError as error:
-        if not has_work:
-            note(f"{error}; it is replaced, since the run holds no checkpoint yet")
-            return None
-        copy, source = recorded(files.path, "recipe")
-        if not isinstance(copy, dict):
-            raise ValueError(f"{error}, and no checkpoint of {files.path} holds a copy of the recipe: restore "
-                             f"recipe.json from a backup, or train in a new run directory") from None
-        if is_main_process():
-            kept = set_aside(path)
-            atomic_write_text(path, json.dumps(copy, indent=1))
-            note(f"{error}: restored it from {source}, and kept the damaged file as {kept.name}")
         return copy
+    if not has_work:
+        note(f"{error}; it is replaced, since the run holds no checkpoint yet")
+        return None
+    if copy is None:
+        raise ValueError(f"{error}, and no checkpoint of {files.path} holds a copy of the recipe: restore "
+                         f"recipe.json from a backup, or train in a new run directory")
+    if is_main_process():
+        kept = set_aside(path)
+        atomic_write_text(path, json.dumps(copy, indent=1))
+        note(f"{error}: restored it from {source}, and kept the damaged file as {kept.name}")
+    return copy
 
 
-def settle_recipe(
+def _settle_recipe(
     run_dir: str | Path, recipe: dict, upgrade: _Upgrade | None = None,
     built_from: Mapping[str, Collection[str]] | None = None,
 ) -> None:
@@ -280,7 +297,7 @@ def open_run(
     """Hold `run_dir` for one session of training, and yield it as a `Run`, the one object of the
     session: a full disk met in the block is said with the checkpoint to resume from
     (`_disk_full_advice`); rank 0 (`is_main_process`) holds the run's lock (`run_lock`), removes what a
-    killed process left half-written, and settles the recipe (`settle_recipe`, with `upgrade` and
+    killed process left half-written, and settles the recipe (`_settle_recipe`, with `upgrade` and
     `built_from`), while every other rank of a distributed run waits for it."""
     run = Run(run_dir, recipe)
     with _disk_full_advice(run), run_lock(run.path):
@@ -288,7 +305,7 @@ def open_run(
             # no other process writes there: rank 0 holds the lock
             if is_main_process() and directory.is_dir():
                 remove_stale_temporaries(directory)
-        settle_recipe(run.path, run.settings, upgrade, built_from)
+        _settle_recipe(run.path, run.settings, upgrade, built_from)
         if rank_and_world_size()[1] > 1:
             torch.distributed.barrier()
         yield run

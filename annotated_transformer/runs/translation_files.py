@@ -53,7 +53,3 @@ class TrainingRun:
     out_of_time: bool = False  # True when recipe.max_minutes ended training before max_steps
     fitted_last_step: int | None = None  # where the time limit moved the end of the schedule
     resumed_step: int = 0  # the step this session resumed from (0: it started the run)
-
-    @property
-    def model_path(self) -> Path:
-        return RunDirectory(self.run_dir).model
