@@ -7,7 +7,7 @@ of about 37000 tokens; here, spaCy's rule-based tokenizers, word vocabularies, a
 # %% auto #0
 __all__ = ['SPECIALS', 'END_OF_WORD', 'VocabKind', 'VocabularyError', 'SpacyTokenizer', 'detokenize', 'Vocab',
            'build_vocab_from_iterator', 'BPE', 'TextEncoder', 'Vocabularies', 'build_vocabularies', 'EncodedPairs',
-           'encode_pairs', 'BatchSequence', 'token_batches']
+           'encode_pairs', 'token_batches']
 
 # %% ../book/13_tokenization.ipynb #4b24e171
 import heapq
@@ -15,11 +15,12 @@ import itertools
 import json
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .batching import EOS, UNK, Batch, batch_by_tokens, make_batch, shard_batches
+from .batching import EOS, UNK, batch_by_tokens, shard_batches
+from .companions.batch_sequence import BatchSequence
 from .helpers.input_checks import check_count, check_pairs, check_text, check_texts
 
 # %% ../book/13_tokenization.ipynb #ad4f37b5
@@ -450,33 +451,6 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], vocabs: Vocabularies) -> Enco
     return EncodedPairs([source[i] for i in kept], [target[i] for i in kept])
 
 # %% ../book/13_tokenization.ipynb #cb1497db
-class BatchSequence(Sequence[Batch]):
-    """Token batches of an encoded corpus, padded on demand: `batches[i]` is a `Batch`.
-
-    Building a batch from pre-encoded ids is one `make_batch` call (well under a millisecond),
-    so no worker processes are needed; `pin_memory=True` puts each batch in page-locked memory
-    so that copying it to a GPU can overlap with computation (`Batch.to(..., non_blocking=True)`).
-    """
-
-    def __init__(self, data: EncodedPairs, batches: Sequence[Sequence[int]], pin_memory: bool = False):
-        self.data, self.batches, self.pin_memory = data, [list(b) for b in batches], pin_memory
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def _make(self, indices: Sequence[int]) -> Batch:
-        batch = make_batch([(self.data.source[i], self.data.target[i]) for i in indices])
-        return batch.pin_memory() if self.pin_memory else batch
-
-    def __getitem__(self, index):  # an int gives one Batch, a slice a list of them
-        if isinstance(index, slice):
-            return [self._make(self.batches[i]) for i in range(*index.indices(len(self)))]
-        return self._make(self.batches[index])
-
-    def __iter__(self) -> Iterator[Batch]:
-        return (self._make(indices) for indices in self.batches)
-
-
 def token_batches(
     data: EncodedPairs,
     max_tokens: int,

@@ -36,6 +36,8 @@ COMPANION_CHAPTERS = {
     "companions.hardware": 9,
     "companions.multi30k_files": 12,
     "companions.corpus_cache": 13,
+    "companions.batch_sequence": 13,
+    "companions.vocabulary_figures": 13,
     "companions.recipe_settings": 14,
     "companions.translation_checks": 14,
     "companions.trained_models": 14,

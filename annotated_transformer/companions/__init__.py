@@ -19,6 +19,8 @@ only that chapter's and earlier ones, and are used by that chapter and later one
   (`vocab.json`), read, written and fingerprinted.
 - `corpus_cache` (chapter 13): the cache of encoded corpora, and BPE-dropout's new sample of the
   training words every epoch (`training_batches`).
+- `batch_sequence` (chapter 13): `BatchSequence`, an epoch's token batches, padded when each is asked for.
+- `vocabulary_figures` (chapter 13): the figure that compares word vocabularies with a joint BPE.
 - `recipe_settings` (chapter 14): a recipe as one flat dict of its settings and back, and its checks.
 - `translation_checks` (chapter 14): what training and translating say about their input.
 - `trained_models` (chapter 14): a trained model read back with its vocabulary (`Translator.load`).
