@@ -6,21 +6,21 @@ parameter counts of the paper's base, big and Table 3 configurations."""
 
 # %% auto #0
 __all__ = ['Positional', 'NormPosition', 'TABLE3_ROWS', 'check_choice', 'check_types', 'TransformerConfig', 'SublayerConnection',
-           'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder', 'Transformer', 'make_model', 'config_sha256',
-           'count_parameters', 'DecoderCache', 'config_parameter_count', 'parameter_table']
+           'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder', 'Transformer', 'make_model', 'count_parameters',
+           'DecoderCache', 'config_parameter_count', 'parameter_table']
 
 # %% ../book/05_model.ipynb #1266beea
-import hashlib
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, get_args, get_origin
 
 import torch
 from torch import Tensor, nn
 
 from .attention import subsequent_mask
-from .errors import field_error
+from .helpers.config_fingerprint import config_sha256  # noqa: F401 (checkpoints' fingerprint)
+from .helpers.errors import field_error
+from .helpers.harvard_form import field_names, harvard_fields, not_a_model_call
 from .layers import Dropout, Embeddings, Generator, PositionwiseFeedForward
 from .layers import LearnedPositionalEmbedding, PositionalEncoding
 from .multi_head_attention import KVCache, MultiHeadAttention, head_dims
@@ -314,13 +314,6 @@ class Transformer(nn.Module):
         return self.generator(self.decoder(x, memory, src_mask, causal, cache)[:, -1])
 
 # %% ../book/05_model.ipynb #9d769620
-# The Harvard notebook's make_model(src_vocab, tgt_vocab, N=6, d_model=512, d_ff=2048, h=8,
-# dropout=0.1): its argument names, in its order, and the TransformerConfig fields they set.
-_HARVARD_ARGUMENTS = {
-    "N": "n_layers", "d_model": "d_model", "d_ff": "d_ff", "h": "n_heads", "dropout": "dropout"
-}
-
-
 def make_model(
     config: TransformerConfig | int | None = None, tgt_vocab: int | None = None, *sizes: Any, **overrides: Any
 ) -> Transformer:
@@ -332,66 +325,12 @@ def make_model(
     for `n_layers`, `n_heads`) by keyword or in its order; two different vocabulary sizes then
     give separate source and target embeddings (one shared matrix needs one vocabulary, §3.4).
     """
-    overrides = _field_names(overrides)
-    if isinstance(config, int) and not isinstance(config, bool):
-        config = _harvard_config(config, tgt_vocab, sizes, overrides)
-    elif tgt_vocab is not None or sizes or not isinstance(config, TransformerConfig | None):
-        raise TypeError(f"make_model takes a TransformerConfig or two vocabulary sizes first, got "
-                        f"{config!r}; {_KEYWORD_FORM}")
+    overrides = field_names(overrides, TransformerConfig.__dataclass_fields__)  # N, h: n_layers, n_heads
+    if isinstance(config, int) and not isinstance(config, bool):  # the Harvard form
+        return Transformer(TransformerConfig(**harvard_fields(config, tgt_vocab, sizes, overrides)))
+    if tgt_vocab is not None or sizes or not isinstance(config, TransformerConfig | None):
+        raise not_a_model_call(config)
     return Transformer(replace(config or TransformerConfig(), **overrides))
-
-
-_KEYWORD_FORM = ("the keyword form is make_model(src_vocab_size=1000, tgt_vocab_size=1000, n_layers=2, "
-                 "d_model=512, d_ff=2048, n_heads=8, dropout=0.1)")
-
-
-def _field_names(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments with the Harvard names N and h renamed to n_layers and n_heads."""
-    fields = set(TransformerConfig.__dataclass_fields__)
-    renamed, given = {}, {}
-    for name, value in overrides.items():
-        field = _HARVARD_ARGUMENTS.get(name, name)
-        if field not in fields:
-            raise TypeError(f"make_model got an unknown argument {name!r}; {_KEYWORD_FORM} (every field "
-                            f"of TransformerConfig may be given; N and h are accepted for n_layers, n_heads)")
-        if field in renamed:
-            raise TypeError(f"make_model got both {given[field]!r} and {name!r}: they are one setting, "
-                            f"give one")
-        renamed[field], given[field] = value, name
-    return renamed
-
-
-def _harvard_config(
-    src_vocab: int, tgt_vocab: Any, sizes: tuple, overrides: dict[str, Any]
-) -> TransformerConfig:
-    """The configuration of the Harvard form, make_model(src_vocab, tgt_vocab, N, d_model, d_ff, h,
-    dropout); the sizes given by position go into `overrides`."""
-    if not isinstance(tgt_vocab, int) or isinstance(tgt_vocab, bool):
-        raise TypeError(f"make_model({src_vocab}, ...) needs the target vocabulary size too, "
-                        f"make_model({src_vocab}, {src_vocab}, N=2); {_KEYWORD_FORM}")
-    if len(sizes) > len(_HARVARD_ARGUMENTS):
-        raise TypeError(f"make_model takes at most 7 positional arguments (src_vocab, tgt_vocab, "
-                        f"{', '.join(_HARVARD_ARGUMENTS)}), got {2 + len(sizes)}; {_KEYWORD_FORM}")
-    for name, value in zip(_HARVARD_ARGUMENTS, sizes, strict=False):  # positional: in the Harvard order
-        field = _HARVARD_ARGUMENTS[name]
-        if field in overrides:
-            raise TypeError(f"make_model got {name} twice, by position and by keyword; give it once")
-        overrides[field] = value
-    return TransformerConfig(src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab,
-                             share_embeddings=src_vocab == tgt_vocab)
-
-
-_LATER_FIELD_DEFAULTS = {("n_decoder_layers", None)}
-
-
-def config_sha256(config: TransformerConfig | dict) -> str:
-    """A SHA-256 fingerprint of a model configuration (a TransformerConfig, or the dict a checkpoint
-    holds): checkpoints carry it, so that files of different models are never mixed (chapter 14)."""
-    fields = asdict(config) if isinstance(config, TransformerConfig) else dict(config)
-    # A field added later is left out at the value that leaves the model as it was: checkpoints saved
-    # before the field existed keep their fingerprint.
-    fields = {name: value for name, value in fields.items() if (name, value) not in _LATER_FIELD_DEFAULTS}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 # %% ../book/05_model.ipynb #915f65ab
 def count_parameters(model: nn.Module) -> int:

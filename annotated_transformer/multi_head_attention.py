@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import attention, check_mask
-from .errors import FieldError, Setting, field_error
+from .helpers.errors import FieldError, Setting, field_error
 
 # %% ../book/03_multi_head_attention.ipynb #eb6fbdbc
 def head_dims(d_model: int, n_heads: int, d_k: int | None = None, d_v: int | None = None) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from annotated_transformer.__main__ import main
 from annotated_transformer.companions.corpus_cache import dropout_epochs, sample_ids, training_batches
 from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 from annotated_transformer.data import builtin_corpus
-from annotated_transformer.errors import FieldError
+from annotated_transformer.helpers.errors import FieldError
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import (
     BPE,

@@ -40,7 +40,7 @@ from annotated_transformer.data import (
     multi30k_path,
     sha256_file,
 )
-from annotated_transformer.errors import Setting
+from annotated_transformer.helpers.errors import Setting
 
 # SHA-256 of "\n".join(german + "\t" + english) over builtin_corpus("train"): any change to the
 # grammar, the random choices or the split sizes changes it. If the change is intended, update it.

@@ -34,6 +34,7 @@ COMPANION_CHAPTERS = {
     "companions.schedule_explorer": 7,
     "companions.training_checks": 9,
     "companions.hardware": 9,
+    "companions.decoding_checks": 11,
     "companions.multi30k_files": 12,
     "companions.corpus_cache": 13,
     "companions.batch_sequence": 13,

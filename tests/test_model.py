@@ -642,7 +642,7 @@ def test_a_config_error_names_its_field_apart_from_the_text():
     carry the field, not only a sentence that begins with it."""
     import pickle
 
-    from annotated_transformer.errors import FieldError, Setting
+    from annotated_transformer.helpers.errors import FieldError, Setting
 
     with pytest.raises(FieldError) as info:
         TransformerConfig(norm_position="middle")

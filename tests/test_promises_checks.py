@@ -27,7 +27,7 @@ from annotated_transformer.companions.translation_checks import (
 )
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, check_beam_settings, greedy_decode
-from annotated_transformer.errors import FieldError
+from annotated_transformer.helpers.errors import FieldError
 from annotated_transformer.helpers.input_checks import check_count
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.recipes import get_recipe

@@ -650,14 +650,14 @@ def test_methods_added_across_cells_keep_the_modules_names_bound():
 
 
 def test_building_a_trainer_changes_no_process_wide_setting(monkeypatch):
-    import annotated_transformer.acceleration as acceleration
+    import annotated_transformer.companions.hardware as hardware
     import annotated_transformer.helpers.torch_support as platform
 
     def refused(*args):
         raise AssertionError("a Trainer made a process-wide setting")
 
-    for module, name in ((acceleration, "use_fast_cuda_kernels"), (acceleration, "reuse_freed_memory"),
-                         (platform, "reuse_freed_memory"), (acceleration, "configure_process")):
+    for module, name in ((hardware, "use_fast_cuda_kernels"), (hardware, "reuse_freed_memory"),
+                         (platform, "reuse_freed_memory"), (hardware, "configure_process")):
         monkeypatch.setattr(module, name, refused)
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
               torch.backends.cuda.cudnn_sdp_enabled(), torch.get_num_threads())
@@ -673,8 +673,8 @@ def test_configure_process_says_what_it_set(monkeypatch):
                                         if sys.platform.startswith("linux") else [])
     assert configure_process("meta") == []  # no setting for other devices
     calls = []
-    import annotated_transformer.acceleration as acceleration
+    import annotated_transformer.companions.hardware as hardware
 
-    monkeypatch.setattr(acceleration, "use_fast_cuda_kernels", lambda: calls.append("cuda"))
+    monkeypatch.setattr(hardware, "use_fast_cuda_kernels", lambda: calls.append("cuda"))
     assert configure_process(torch.device("cuda")) == ["TF32 matrix products", "no cuDNN attention kernel"]
     assert calls == ["cuda"]

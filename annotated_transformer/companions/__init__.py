@@ -5,14 +5,18 @@ only that chapter's and earlier ones, and are used by that chapter and later one
   the book).
 - `chunked_loss` (chapter 8): the output layer and the label-smoothed loss a chunk of rows at a time
   (`projected_smoothed_loss`), for a large vocabulary's memory.
-- `training_checks` (chapter 9): the range checks of a `TrainConfig`.
-- `hardware` (chapter 9, §5.2): the device a run uses, checked before any work, and a description of
-  the machine.
+- `training_checks` (chapter 9): the range checks of a `TrainConfig`, and `TrainingDiverged`, the
+  error of a run whose loss or gradient became NaN or infinite.
+- `hardware` (chapter 9, §5.2): the device a run uses (`default_device`), checked before any work,
+  the settings of the whole process that make training on it faster (`configure_process`), and a
+  description of the machine.
 - `run_layout` (chapter 10): where each file of a run directory lives (`RunDirectory`).
 - `checkpoint_upgrades` (chapter 10): the checkpoints that earlier releases wrote (format versions 1
   and 2), their digests checked and their contents given today's layout.
 - `checkpoint_checks` (chapter 10): what reading a checkpoint checks (its digest, its parameters, the
   model it fits) and the errors it raises (`CheckpointError`, `CheckpointMismatch`).
+- `decoding_checks` (chapter 11): what the searches and checkpoint averaging are given (a batch of
+  source sentences, a beam size, a maximum length, checkpoints of one model and one run).
 - `multi30k_files` (chapter 12): Multi30k's files, downloaded atomically, checked against their pinned
   SHA-256 and found in a folder or the cache (`multi30k_path`), and `DataError`, which says what to do.
 - `vocabulary_files` (chapter 13): the file of a translation direction's `Vocabularies`

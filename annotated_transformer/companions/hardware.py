@@ -1,15 +1,47 @@
-"""Companion of chapter 9. Where a run trains (§5.2: 8 P100 GPUs; here whatever there is): the device, checked before any
-work, and a description of the machine, kept with the run so that its timings can be read in
-context (`describe_hardware`, in a run directory's hardware.json)."""
+"""Companion of chapter 9. Where a run trains (§5.2: 8 P100 GPUs; here whatever there is): the device
+(`default_device`), checked before any work (`check_device`), the settings of the whole process that
+make training on it faster (`configure_process`), and a description of the machine, kept with the
+run so that its timings can be read in context (`describe_hardware`, in a run directory's
+hardware.json)."""
 
-__all__ = ["check_device", "describe_hardware"]
+__all__ = ["check_device", "configure_process", "default_device", "describe_hardware", "use_fast_cuda_kernels"]
 
 import os
 from pathlib import Path
 
 import torch
 
-from annotated_transformer.acceleration import default_device
+from annotated_transformer.helpers.torch_support import reuse_freed_memory
+
+
+def default_device() -> torch.device:
+    """CUDA when there is a GPU, else Apple's MPS, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def use_fast_cuda_kernels() -> None:
+    """Process-wide: float32 matrix products in TF32 on the tensor cores, and no cuDNN kernel for
+    `scaled_dot_product_attention` (slow on the many shapes of batches by token count, and it gives
+    a query whose keys are all masked the mean of the values; chapter 20). PyTorch then takes the
+    memory-efficient kernel."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+def configure_process(device: torch.device | str | None = None) -> list[str]:
+    """The process-wide settings that make training on `device` (default: `default_device()`)
+    faster, made once by a program that trains, never by a `Trainer`. Returns what was set."""
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda":
+        use_fast_cuda_kernels()
+        return ["TF32 matrix products", "no cuDNN attention kernel"]
+    if device.type == "cpu" and reuse_freed_memory():
+        return ["freed memory kept for reuse (mallopt)"]
+    return []
 
 
 def describe_hardware(device: torch.device, world_size: int = 1) -> dict:

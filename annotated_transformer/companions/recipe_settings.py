@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from annotated_transformer.data import CORPORA
-from annotated_transformer.errors import field_error
+from annotated_transformer.helpers.errors import field_error
 from annotated_transformer.model import TransformerConfig, check_types
 from annotated_transformer.tokenization import SPECIALS
 from annotated_transformer.training import TrainConfig

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from annotated_transformer.errors import Setting, SettingsMessage
+from annotated_transformer.helpers.errors import Setting, SettingsMessage
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.helpers.input_checks import check_pairs as _check_pairs
 from annotated_transformer.helpers.input_checks import check_texts as _check_texts

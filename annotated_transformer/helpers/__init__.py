@@ -1,5 +1,7 @@
 """Leaf helpers: plain Python that the chapters' modules use, and that imports nothing of the package.
 
+- `errors`: `Setting`, `SettingsMessage`, `FieldError` and `field_error`, errors that name the
+  settings they are about, spelled as Python or the command line spells them (chapter 3 on).
 - `input_checks`: what a function is given (sentences, sentence pairs, counts), refused in one line
   that names the argument.
 - `tensor_checks`: what the model's functions are given as tensors (attention masks, token ids,
@@ -8,6 +10,12 @@
   batches), refused before any tensor is built.
 - `dropout_masks`: `dropout_keep_mask`, dropout's random mask from 16 random bits per component
   (chapter 4's `Dropout` on a CPU).
+- `harvard_form`: the Harvard notebook's `make_model(src_vocab, tgt_vocab, N=2)` read into the
+  fields of a `TransformerConfig` (chapter 5's `make_model`).
+- `config_fingerprint`: `config_sha256`, the fingerprint of a model configuration that checkpoints carry.
+- `quick`: `quick_mode`, the book's switch that shrinks every chapter's training to seconds.
+- `random_state`: `rng_state` and `set_rng_state`, every random generator training draws from
+  (chapter 9's `Trainer.state_dict`).
 - `cell_classes`: `add_to_class`, a class written over several notebook cells (chapter 9's `Trainer`).
 - `model_wrappers`: `unwrap_model`, the plain model inside `torch.compile`'s and DDP's wrappers.
 - `torch_support`: what this machine and this torch can do (`torch.compile`, a precision), and the
