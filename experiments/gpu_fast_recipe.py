@@ -48,8 +48,7 @@ from annotated_transformer.companions.vocabulary_files import read_vocabularies
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.runs.translation import train_translation
-from annotated_transformer.translation import Validator
-from annotated_transformer.translator import Translator
+from annotated_transformer.translator import Translator, Validator
 
 BASE = "multi30k-gpu"
 CANDIDATES: dict[str, dict] = {  # the passes are about 1.7 times the registered run's: more regularization

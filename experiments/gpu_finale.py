@@ -89,8 +89,7 @@ from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.experiments import run_variants
 from annotated_transformer.runs.run_directory import RunDirectory, read_history
 from annotated_transformer.runs.translation import train_translation
-from annotated_transformer.translation import Validator
-from annotated_transformer.translator import InputWarning, Translator, evaluate_bleu
+from annotated_transformer.translator import InputWarning, Translator, Validator, evaluate_bleu
 from annotated_transformer.variations import SCALES, Variant, table3_variants, with_seeds
 
 ROOT = Path(__file__).resolve().parent.parent

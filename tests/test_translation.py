@@ -26,8 +26,7 @@ from annotated_transformer.runs.run_directory import RESUMABLE_FIELDS, RunHistor
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 from annotated_transformer.training import Trainer
-from annotated_transformer.translation import Validator
-from annotated_transformer.translator import InputWarning, Translator, bleu, evaluate_bleu
+from annotated_transformer.translator import InputWarning, Translator, Validator, bleu, evaluate_bleu
 
 TINY = {
     "n_layers": 1,
@@ -502,8 +501,8 @@ def test_load_says_which_path_it_needed(trained, tmp_path):
         Translator.load(tmp_path / "missing", device="cpu")
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
-    with pytest.raises(FileNotFoundError, match=r"unfinished holds no model\.pt yet: finish training .* give one "
-                                                 r"of its checkpoints, .*unfinished/checkpoints/step_\*\.pt$"):
+    needed = r"unfinished holds no model\.pt yet: finish training .* one of its checkpoints, "
+    with pytest.raises(FileNotFoundError, match=needed + r".*unfinished/checkpoints/step_\*\.pt$"):
         Translator.load(unfinished, device="cpu")
     with pytest.raises(TypeError, match=r"vocab must be the path of a vocab\.json"):
         Translator.load(trained.run_dir, vocab=3, device="cpu")
@@ -590,7 +589,7 @@ def test_the_validators_cross_entropy_is_evaluates_without_dropout(monkeypatch):
     and the model is left in train mode, for the steps that follow."""
     import copy
 
-    from annotated_transformer import translation
+    from annotated_transformer import translator
     from annotated_transformer.model import make_model
     from annotated_transformer.tokenization import encode_pairs, token_batches
     from annotated_transformer.training import evaluate
@@ -614,7 +613,7 @@ def test_the_validators_cross_entropy_is_evaluates_without_dropout(monkeypatch):
     # BLEU: without its `model.train(was_training)`, `assert model.training` fails.)
     with_dropout = nll_with_dropout(copy.deepcopy(model).train(), batches)
     assert abs(with_dropout - expected) > 1e-3
-    monkeypatch.setattr(translation, "evaluate",
+    monkeypatch.setattr(translator, "evaluate",
                         lambda model, batches: {"nll": nll_with_dropout(model, batches)})
     broken = Validator(pairs, every=1, with_bleu=False, batch_tokens=200)
     assert abs(broken(model, vocabs)["val_nll"] - expected) > 1e-3

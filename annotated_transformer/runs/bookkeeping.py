@@ -30,7 +30,7 @@ from annotated_transformer.runs.run_directory import Run, open_run, record_data_
 from annotated_transformer.runs.translation_files import TrainingRun
 from annotated_transformer.tokenization import EncodedPairs, Vocabularies
 from annotated_transformer.training import Trainer
-from annotated_transformer.translation import Validator
+from annotated_transformer.translator import Validator
 
 __all__ = ["RunBookkeeping"]
 

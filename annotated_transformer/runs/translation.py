@@ -17,7 +17,7 @@ from ..model import make_model
 from ..companions.corpus_cache import cached_encode_pairs, training_batches
 from ..training import Trainer
 from ..recipes import Recipe
-from ..translation import Validator
+from ..translator import Validator
 from .bookkeeping import RunBookkeeping
 from .translation_files import TrainingRun, load_vocabularies
 
