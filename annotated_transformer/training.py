@@ -92,8 +92,7 @@ class Trainer:
         self.pad = pad
         self.optimizer, self.scheduler = make_optimizer(
             model, model.config.d_model, config.warmup, config.lr_factor, ramp=config.warmup_ramp,
-            cooldown=config.cooldown_steps, total_steps=config.max_steps,
-        )
+            cooldown=config.cooldown_steps, total_steps=config.max_steps)
         self.criterion = LabelSmoothingLoss(model.config.tgt_vocab_size, config.label_smoothing, pad=pad)
         self.precision = resolve_precision(self.device, config.precision)  # fails here, not at step 1
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.precision == "fp16")
@@ -101,8 +100,7 @@ class Trainer:
         self.ddp = None  # the DistributedDataParallel wrapper, in a run of several processes
         if self.world_size > 1:  # DDP starts by sending rank 0's parameters to the other ranks
             self.ddp = nn.parallel.DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.forward_loss = self._forward_loss
         if config.compile:
             check_compile_support(self.device)
@@ -260,13 +258,10 @@ def _micro_batch_groups(batches: Sequence[Batch], position: int, accumulate: int
 
 # %% ../book/09_training.ipynb #3963dcb8
 @add_to_class(Trainer)
-def fit(
-    self,
-    epoch_batches: Callable[[int], Sequence[Batch]],
-    on_log: Callable[[list[StepStats]], bool | None] | None = None,
-    on_step: Callable[[int], bool | None] | None = None,
-    on_checkpoint: Callable[[], Any] | None = None,
-) -> list[StepStats]:
+def fit(self, epoch_batches: Callable[[int], Sequence[Batch]],
+        on_log: Callable[[list[StepStats]], bool | None] | None = None,
+        on_step: Callable[[int], bool | None] | None = None,
+        on_checkpoint: Callable[[], Any] | None = None) -> list[StepStats]:
     """Train until `self.last_step`, `config.accumulate` micro-batches per optimizer step, from
     `epoch_batches(epoch)`, one epoch's batches in an order fixed by its number. At a log point
     (every `log_every` and `checkpoint_every` steps, and at the end) the pending statistics are read,
