@@ -6,7 +6,7 @@ at a small, stated scale on Multi30k, with perplexity, BLEU and parameter counts
 
 # %% auto #0
 __all__ = ['SCALES', 'CLAIMS', 'Variant', 'with_seeds', 'scaled_layers', 'table3_variants', 'Scale', 'rows_of', 'seed_noise',
-           'Claim', 'check_claims', 'plot_variations']
+           'Claim', 'check_claims']
 
 # %% ../book/18_variations.ipynb #8ca4aa3d
 import math
@@ -66,73 +66,35 @@ def table3_variants(base: Recipe) -> list[Variant]:
     d_k = base.model.d_k or d // h
     rows = [Variant("base", "base", {}, "", (4.92, 25.8, 65))]
     # (A) the number of heads at constant computation: h × d_k stays d_model.
-    for heads, paper in (
-        (1, (5.29, 24.9, None)),
-        (4, (5.00, 25.5, None)),
-        (16, (4.91, 25.8, None)),
-        (32, (5.01, 25.4, None)),
-    ):
+    for heads, paper in ((1, (5.29, 24.9, None)), (4, (5.00, 25.5, None)), (16, (4.91, 25.8, None)),
+                         (32, (5.01, 25.4, None))):
         size = d // heads
-        rows.append(
-            Variant(
-                f"(A) h={heads}, d_k=d_v={size}",
-                "A",
-                {"n_heads": heads, "d_k": size, "d_v": size},
-                f"h={heads}, d_k=d_v={512 // heads}",
-                paper,
-            )
-        )
+        changes = {"n_heads": heads, "d_k": size, "d_v": size}
+        rows.append(Variant(f"(A) h={heads}, d_k=d_v={size}", "A", changes,
+                            f"h={heads}, d_k=d_v={512 // heads}", paper))
     # (B) a smaller attention key size: d_k divided by 4 and by 2, d_v unchanged.
     for divisor, paper in ((4, (5.16, 25.1, 58)), (2, (5.01, 25.4, 60))):
-        rows.append(
-            Variant(
-                f"(B) d_k={d_k // divisor}",
-                "B",
-                {"d_k": d_k // divisor, "d_v": d_k},
-                f"d_k={64 // divisor}",
-                paper,
-            )
-        )
+        rows.append(Variant(f"(B) d_k={d_k // divisor}", "B", {"d_k": d_k // divisor, "d_v": d_k},
+                            f"d_k={64 // divisor}", paper))
     # (C) bigger and smaller models: depth, width (d_k = d_v = d_model / h follows) and d_ff.
     for paper_layers, paper in ((2, (6.11, 23.7, 36)), (4, (5.19, 25.3, 50)), (8, (4.88, 25.5, 80))):
         layers = scaled_layers(n, paper_layers)
         rows.append(Variant(f"(C) N={layers}", "C", {"n_layers": layers}, f"N={paper_layers}", paper))
     for factor, paper in ((0.5, (5.75, 24.5, 28)), (2, (4.66, 26.0, 168))):
         width = int(d * factor)
-        rows.append(
-            Variant(
-                f"(C) d_model={width}",
-                "C",
-                {"d_model": width, "d_k": None, "d_v": None},
-                f"d_model={int(512 * factor)}, d_k=d_v={int(64 * factor)}",
-                paper,
-            )
-        )
+        rows.append(Variant(f"(C) d_model={width}", "C", {"d_model": width, "d_k": None, "d_v": None},
+                            f"d_model={int(512 * factor)}, d_k=d_v={int(64 * factor)}", paper))
     for factor, paper in ((0.5, (5.12, 25.4, 53)), (2, (4.75, 26.2, 90))):
-        rows.append(
-            Variant(
-                f"(C) d_ff={int(d_ff * factor)}",
-                "C",
-                {"d_ff": int(d_ff * factor)},
-                f"d_ff={int(2048 * factor)}",
-                paper,
-            )
-        )
+        rows.append(Variant(f"(C) d_ff={int(d_ff * factor)}", "C", {"d_ff": int(d_ff * factor)},
+                            f"d_ff={int(2048 * factor)}", paper))
     # (D) regularization: dropout P_drop and label smoothing ε_ls (§5.4).
     for p, paper in ((0.0, (5.77, 24.6, None)), (0.2, (4.95, 25.5, None))):
         rows.append(Variant(f"(D) P_drop={p}", "D", {"dropout": p}, f"P_drop={p}", paper))
     for eps, paper in ((0.0, (4.67, 25.3, None)), (0.2, (5.47, 25.7, None))):
         rows.append(Variant(f"(D) ε_ls={eps}", "D", {"label_smoothing": eps}, f"ε_ls={eps}", paper))
     # (E) learned positional embeddings instead of the sinusoids (§3.5).
-    rows.append(
-        Variant(
-            "(E) learned positions",
-            "E",
-            {"positional": "learned"},
-            "positional embedding instead of sinusoids",
-            (4.92, 25.7, None),
-        )
-    )
+    rows.append(Variant("(E) learned positions", "E", {"positional": "learned"},
+                        "positional embedding instead of sinusoids", (4.92, 25.7, None)))
     return rows
 
 # %% ../book/18_variations.ipynb #19e2b6c0
@@ -149,61 +111,31 @@ class Scale:
 
 SCALES: dict[str, Scale] = {
     # CI and a first look: the generated corpus, a tiny model, seconds per run.
-    "quick": Scale(
-        "quick",
-        Recipe(
-            name="table3-quick",
-            corpus="builtin",
-            vocab_size=1000,
-            model=TransformerConfig(n_layers=3, d_model=64, d_ff=256, n_heads=8),
-            train=TrainConfig(max_steps=24, warmup=8, lr_factor=1.0, checkpoint_every=24),
-            max_tokens=800,
-            average_last=1,
-        ),
-        100,
-        "generated corpus, d_model 64, 24 steps: seconds per row on a CPU",
-    ),
+    "quick": Scale("quick", Recipe(
+        name="table3-quick", corpus="builtin", vocab_size=1000, max_tokens=800, average_last=1,
+        model=TransformerConfig(n_layers=3, d_model=64, d_ff=256, n_heads=8),
+        train=TrainConfig(max_steps=24, warmup=8, lr_factor=1.0, checkpoint_every=24),
+    ), 100, "generated corpus, d_model 64, 24 steps: seconds per row on a CPU"),
     # The committed run: Multi30k, a quarter of the paper's width and half its depth.
-    "small": Scale(
-        "small",
-        Recipe(
-            name="table3-small",
-            corpus="multi30k",
-            vocab_size=8000,
-            model=TransformerConfig(n_layers=3, d_model=128, d_ff=512, n_heads=8),
-            train=TrainConfig(max_steps=500, warmup=150, lr_factor=0.25, checkpoint_every=100),
-            max_tokens=1000,
-            average_last=1,
-        ),
-        None,
-        "Multi30k, d_model 128, N=3, 500 steps of 1,000 tokens: minutes per row on a CPU",
-    ),
+    "small": Scale("small", Recipe(
+        name="table3-small", corpus="multi30k", vocab_size=8000, max_tokens=1000, average_last=1,
+        model=TransformerConfig(n_layers=3, d_model=128, d_ff=512, n_heads=8),
+        train=TrainConfig(max_steps=500, warmup=150, lr_factor=0.25, checkpoint_every=100),
+    ), None, "Multi30k, d_model 128, N=3, 500 steps of 1,000 tokens: minutes per row on a CPU"),
     # For one GPU: the paper's depth, half its width, about 16 passes over Multi30k, at a peak rate
     # of about twice the paper's (the rate the multi30k-gpu recipe trains a post-LN model with).
     # Sized so that every row might train side by side with the others on one GPU in about seven
     # minutes: an estimate from chapter 20's search, not yet a measurement.
-    "medium": Scale(
-        "medium",
-        Recipe(
-            name="table3-medium",
-            corpus="multi30k",
-            vocab_size=8000,
-            model=TransformerConfig(n_layers=6, d_model=256, d_ff=1024, n_heads=8),
-            train=TrainConfig(max_steps=1000, warmup=400, lr_factor=0.5, checkpoint_every=1000),
-            max_tokens=6000,
-            average_last=1,
-        ),
-        None,
-        "Multi30k, d_model 256, N=6, 1,000 steps of 6,000 tokens: for one GPU",
-    ),
-    # The paper's base model and schedule (§5), on Multi30k instead of WMT 2014.
-    "paper": Scale(
-        "paper",
-        # RECIPES["base"] of chapter 14 with chapter 18's shared vocabulary and no averaging.
-        RECIPES["base"].replace(name="table3-paper", vocab_size=8000, checkpoint_every=5000, average_last=1),
-        None,
-        "the paper's base model and 100,000 steps of 25,000 tokens: for a GPU and a day",
-    ),
+    "medium": Scale("medium", Recipe(
+        name="table3-medium", corpus="multi30k", vocab_size=8000, max_tokens=6000, average_last=1,
+        model=TransformerConfig(n_layers=6, d_model=256, d_ff=1024, n_heads=8),
+        train=TrainConfig(max_steps=1000, warmup=400, lr_factor=0.5, checkpoint_every=1000),
+    ), None, "Multi30k, d_model 256, N=6, 1,000 steps of 6,000 tokens: for one GPU"),
+    # The paper's base model and schedule (§5), on Multi30k instead of WMT 2014: chapter 14's
+    # RECIPES["base"] with this chapter's shared vocabulary and no averaging.
+    "paper": Scale("paper", RECIPES["base"].replace(
+        name="table3-paper", vocab_size=8000, checkpoint_every=5000, average_last=1,
+    ), None, "the paper's base model and 100,000 steps of 25,000 tokens: for a GPU and a day"),
 }
 
 # %% ../book/18_variations.ipynb #d29d991f
@@ -313,37 +245,3 @@ def check_claims(results: Sequence[dict], claims: Sequence[Claim] = CLAIMS) -> l
         verdict = claim.settle([pair["verdict"] for pair in pairs])
         checked.append({"claim": claim.text, "verdict": verdict, "pairs": pairs})
     return checked
-
-# %% ../book/18_variations.ipynb #9c909052
-def plot_variations(results: Sequence[dict], title: str = ""):
-    """Each Table 3 row's change in BLEU and in perplexity from the base model, in per cent of the
-    base's value (the two scales differ too much for absolute changes): ours as bars (the mean of the
-    row's seeds, with their standard deviation), the paper's as dots. Returns the matplotlib figure."""
-    import matplotlib.pyplot as plt
-
-    rows = rows_of(results)
-    base = next(runs for runs in rows.values() if runs[0]["row"] == "base")
-    others = [runs for runs in rows.values() if runs[0]["row"] != "base"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.32 * len(others) + 1.5), sharey=True)
-    y = list(range(len(others)))
-    for ax, column, index, label in ((axes[0], "val_bleu", 1, "BLEU"), (axes[1], "val_ppl", 0, "perplexity")):
-        base_mean = statistics.fmean(run[column] for run in base)  # 0 for the quick scale's BLEU: no per cent
-        scores = [[100 * (run[column] / base_mean - 1) if base_mean else math.nan for run in runs]
-                  for runs in others]
-        ours = [statistics.fmean(s) for s in scores]
-        spread = [statistics.stdev(s) if len(s) > 1 and base_mean else 0.0 for s in scores]
-        paper = [100 * (runs[0]["paper"][index] / base[0]["paper"][index] - 1) for runs in others]
-        colors = ["tab:green" if (v > 0) == (index == 1) else "tab:red" for v in ours]
-        ax.barh(y, ours, xerr=spread, color=colors, alpha=0.7, label="ours (mean ± sd of the seeds)")
-        ax.scatter(paper, y, color="black", marker="o", s=18, zorder=3, label="paper")
-        ax.axvline(0, color="gray", lw=0.8)
-        ax.set_xlabel(f"{label}: change from the base model (%)")
-        ax.grid(axis="x", alpha=0.3)
-        ax.set_title(f"{label} (base: ours {base_mean:.1f}, paper {base[0]['paper'][index]})")
-    axes[0].set_yticks(y, [runs[0]["name"] for runs in others])
-    axes[0].invert_yaxis()
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))  # room for the legend below
-    return fig
