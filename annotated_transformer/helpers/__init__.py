@@ -16,6 +16,7 @@
 - `quick`: `quick_mode`, the book's switch that shrinks every chapter's training to seconds.
 - `random_state`: `rng_state` and `set_rng_state`, every random generator training draws from
   (chapter 9's `Trainer.state_dict`).
+- `shell`: a command run as a shell would run it (`as_a_shell`, `python_m`), for chapter 16's cells.
 - `cell_classes`: `add_to_class`, a class written over several notebook cells (chapter 9's `Trainer`).
 - `model_wrappers`: `unwrap_model`, the plain model inside `torch.compile`'s and DDP's wrappers.
 - `torch_support`: what this machine and this torch can do (`torch.compile`, a precision), and the
