@@ -6,8 +6,8 @@ of about 37000 tokens; here, spaCy's rule-based tokenizers, word vocabularies, a
 
 # %% auto #0
 __all__ = ['SPECIALS', 'END_OF_WORD', 'VocabKind', 'VocabularyError', 'SpacyTokenizer', 'detokenize', 'Vocab',
-           'build_vocab_from_iterator', 'BPE', 'TextEncoder', 'Vocabularies', 'build_vocabularies', 'EncodedPairs',
-           'encode_pairs', 'token_batches']
+           'build_vocab_from_iterator', 'sample_merges', 'BPE', 'TextEncoder', 'Vocabularies', 'build_vocabularies',
+           'EncodedPairs', 'encode_pairs', 'token_batches']
 
 # %% ../book/13_tokenization.ipynb #4b24e171
 import heapq
@@ -187,7 +187,7 @@ def _merge(symbols: list[str], pair: tuple[str, str]) -> list[str]:
     return merged
 
 
-def _sample_merges(
+def sample_merges(
     word: str, ranks: dict[tuple[str, str], int], dropout: float, rng: random.Random
 ) -> list[str]:
     """BPE-dropout (Provilkov et al., 2020, §3): segment `word` with the merges (`ranks`: their order of

@@ -1,4 +1,4 @@
-"""BPE-dropout (Provilkov et al., 2020; chapter 13's `_sample_merges`, the recipe's `bpe_dropout`): plain
+"""BPE-dropout (Provilkov et al., 2020; chapter 13's `sample_merges`, the recipe's `bpe_dropout`): plain
 BPE at 0, characters at 1, a reproducible sample between that spells the same words, the same
 distribution as Hugging Face's BPE `dropout`, a new sample of the training pairs every epoch
 (companions/corpus_cache.py) and nothing else changed."""
@@ -20,9 +20,9 @@ from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.tokenization import (
     BPE,
     END_OF_WORD,
-    _sample_merges,
     build_vocabularies,
     encode_pairs,
+    sample_merges,
     token_batches,
 )
 
@@ -77,7 +77,7 @@ def test_dropout_1_applies_no_merge(vocabs, sentences):
     rng = random.Random(0)
     for words in sentences[:500]:
         for word in words:
-            assert _sample_merges(word, ranks, 1.0, rng) == [*word[:-1], word[-1] + END_OF_WORD]
+            assert sample_merges(word, ranks, 1.0, rng) == [*word[:-1], word[-1] + END_OF_WORD]
     ids = sample_ids(bpe, sentences[:500], 1.0, rng)
     spelled = [[c for w in words for c in [*w[:-1], w[-1] + END_OF_WORD]] for words in sentences[:500]]
     assert ids == [bpe.vocab.lookup_indices(pieces) for pieces in spelled]
@@ -111,7 +111,7 @@ def test_the_distribution_is_hugging_faces(word):
     frequencies of their segmentations: N samples each, at most 0.03 apart (over 6 standard deviations)."""
     toy, n, dropout = toy_bpe(), 20_000, 0.3
     ranks, rng = ranks_of(toy), random.Random(0)
-    ours = Counter(" ".join(_sample_merges(word, ranks, dropout, rng)) for _ in range(n))
+    ours = Counter(" ".join(sample_merges(word, ranks, dropout, rng)) for _ in range(n))
     theirs = Counter(" ".join(e.tokens) for e in hf_with_dropout(toy, dropout).encode_batch([[word]] * n,
                                                                                               is_pretokenized=True))
     assert len(ours) > 3  # a distribution, not one segmentation

@@ -289,3 +289,26 @@ def test_no_library_module_guards_its_imports():
     guarded = [path.name for path in sorted(PACKAGE.rglob("*.py"))
                if re.search(r"^if __name__ *!= *[\"']__main__[\"']", path.read_text(encoding="utf-8"), re.M)]
     assert not guarded, f"modules that guard imports with `if __name__ != '__main__'`: {guarded}"
+
+
+def private_imports(path: Path) -> list[str]:
+    """The private names (`_name`) that the module at `path` imports from another of the package's
+    modules: what one module keeps to itself, no other module reaches for."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level or (node.module or "").startswith("annotated_transformer"):
+            found += [f"{node.module}.{alias.name}" for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path):
+    reaching = {path.relative_to(PACKAGE).as_posix(): names for path in sorted(PACKAGE.rglob("*.py"))
+                if path.name != "_modidx.py" and (names := private_imports(path))}
+    assert not reaching, f"private names imported across modules: {reaching}"
+    planted = tmp_path / "m.py"
+    planted.write_text("from annotated_transformer.tokenization import sample_merges, _merge\n"
+                       "from ..regularization import __all__\n")
+    assert private_imports(planted) == ["annotated_transformer.tokenization._merge"]

@@ -11,8 +11,8 @@ import torch
 from helpers import tiny_model
 
 from annotated_transformer.companions.training_checks import check_train_config
-from annotated_transformer.helpers.errors import FieldError
 from annotated_transformer.helpers.cell_classes import add_to_class
+from annotated_transformer.helpers.errors import FieldError
 from annotated_transformer.helpers.model_wrappers import unwrap_model
 from annotated_transformer.helpers.prefetch import prefetched
 from annotated_transformer.helpers.progress import Progress

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from annotated_transformer.batching import PAD
 from annotated_transformer.helpers.tensor_checks import check_smoothing, check_target_dtype, check_vocab
-from annotated_transformer.regularization import _n_smoothed, _p_minus_q_, _smoothed_terms, _upcast
+from annotated_transformer.regularization import n_smoothed_classes, p_minus_q, smoothed_terms, upcast_logits
 
 __all__ = ["projected_smoothed_loss"]
 
@@ -38,12 +38,12 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         for start in range(0, hidden.size(0), chunk_rows):
             rows = slice(start, start + chunk_rows)
             logits = F.linear(hidden[rows], weight)  # under autocast, in bf16 as the model's own layer
-            log_probs = F.log_softmax(_upcast(logits), dim=-1)
-            chunk_loss, chunk_nll = _smoothed_terms(log_probs, target[rows], *settings)
+            log_probs = F.log_softmax(upcast_logits(logits), dim=-1)
+            chunk_loss, chunk_nll = smoothed_terms(log_probs, target[rows], *settings)
             loss, nll = loss + chunk_loss.sum(), nll + chunk_nll.sum()
             if grad_hidden is None and grad_weight is None:
                 continue
-            grad = _p_minus_q_(log_probs.exp_(), target[rows], *settings).to(logits.dtype)
+            grad = p_minus_q(log_probs.exp_(), target[rows], *settings).to(logits.dtype)
             if grad_hidden is not None:
                 grad_hidden[rows] = grad @ weight.to(grad.dtype)
             if grad_weight is not None:
@@ -85,7 +85,7 @@ def projected_smoothed_loss(
         )
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be at least 1, got {chunk_rows}")
-    k = _n_smoothed(weight.size(0), pad, smooth_pad)
+    k = n_smoothed_classes(weight.size(0), pad, smooth_pad)
     return _ProjectedSmoothedCrossEntropy.apply(
         hidden.reshape(-1, hidden.size(-1)), weight, target.reshape(-1), smoothing, pad, k,
         pad is None or smooth_pad, chunk_rows,

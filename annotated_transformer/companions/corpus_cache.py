@@ -10,7 +10,7 @@ The file holds each side's ids as two flat tensors (`pack`: the lengths of the r
 end to end), written atomically and loaded with `weights_only=True`. A damaged or foreign file is
 not trusted: the corpus is encoded again and the file replaced.
 
-With BPE-dropout (chapter 13's `_sample_merges`, the recipe's `bpe_dropout`) the training pairs'
+With BPE-dropout (chapter 13's `sample_merges`, the recipe's `bpe_dropout`) the training pairs'
 ids do change: every epoch samples a new segmentation of every word. `dropout_epochs` tokenizes the
 pairs once (spaCy) and returns `epoch -> EncodedPairs`, each epoch's sample drawn from a generator
 seeded by the run's seed and the epoch, so that a resumed or distributed run (every rank) draws the
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.files import atomic_save
-from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs, Vocabularies, _sample_merges,
+from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs, Vocabularies, sample_merges,
                                                 encode_pairs, token_batches)
 
 from annotated_transformer.helpers.input_checks import check_pairs
@@ -90,11 +90,11 @@ def cached_encode_pairs(
 
 def sample_ids(bpe: BPE, sentences: Sequence[Sequence[str]], dropout: float, rng: random.Random) -> list[list[int]]:
     """`bpe.encode_batch(sentences)` with BPE-dropout: every word's segmentation sampled with `rng`
-    (chapter 13's `_sample_merges`); `dropout=0` gives `encode_batch`'s ids."""
+    (chapter 13's `sample_merges`); `dropout=0` gives `encode_batch`'s ids."""
     ranks = {pair: rank for rank, pair in enumerate(bpe.merges)}
     lookup = bpe.vocab.lookup_indices
     return [lookup([piece for word in words for part in word.split()
-                    for piece in _sample_merges(part, ranks, dropout, rng)]) for words in sentences]
+                    for piece in sample_merges(part, ranks, dropout, rng)]) for words in sentences]
 
 
 def dropout_epochs(

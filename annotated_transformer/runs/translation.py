@@ -40,10 +40,10 @@ def train_translation(
         vocabs = load_vocabularies(books.run.path, recipe, train_pairs)  # chapter 13
         encoded = cached_encode_pairs(train_pairs, vocabs, books.run.cache)
         epoch_batches = training_batches(train_pairs, encoded, vocabs, recipe.bpe_dropout, recipe.max_tokens,
-                                         seed=recipe.train.seed, **books.shard)  # chapter 6: this rank's share
+                                         seed=recipe.train.seed, **books.shard)  # chapter 6: this rank's
         torch.manual_seed(recipe.train.seed)
         model = make_model(recipe.model_config(vocabs))  # chapter 5
-        trainer = Trainer(model, recipe.train_config(progress), device=books.device)  # chapter 9: Adam, eq. (3)
+        trainer = Trainer(model, recipe.train_config(progress), device=books.device)  # chapter 9: Adam, (3)
         books.resume(trainer, vocabs, encoded)  # chapter 10: from the newest checkpoint, if there is one
         books.train(epoch_batches, vocabs, validator)  # to max_steps or max_minutes
         averaged = books.run.checkpoint_paths()[-recipe.average_last :]
