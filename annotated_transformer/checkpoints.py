@@ -16,6 +16,7 @@ from torch import nn
 
 from .helpers.model_wrappers import unwrap_model
 from .helpers.files import atomic_save
+from .helpers.processes import is_main_process
 from .model import Transformer, TransformerConfig
 from .training import Trainer, TrainingDiverged
 from .companions.checkpoint_upgrades import OLD_DIGESTED, upgraded
@@ -167,7 +168,7 @@ class CheckpointDirectory:
                     else f"{self.directory} holds no checkpoint yet")
             problem = "the parameters are NaN or infinite"
             raise TrainingDiverged.at(trainer.config, trainer.step, problem, kept)
-        if trainer.is_main:  # the ranks hold the same state: rank 0 alone writes it
+        if is_main_process():  # the ranks hold the same state: rank 0 alone writes it
             save_checkpoint(path, trainer, extra=extra)
             for old in self.paths()[: -self.keep] if self.keep else []:
                 old.unlink(missing_ok=True)

@@ -31,11 +31,6 @@ class DistributedContext:
     device: torch.device
 
     @property
-    def is_main(self) -> bool:
-        """Rank 0: the process that logs and writes checkpoints."""
-        return self.rank == 0
-
-    @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
 

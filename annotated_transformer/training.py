@@ -84,7 +84,6 @@ class Trainer:
     def __init__(self, model: Transformer, config: TrainConfig = TrainConfig(), device=None, pad: int = PAD):
         self.config = config
         self.rank, self.world_size = rank_and_world_size()
-        self.is_main = is_main_process()  # rank 0 (helpers.processes): it shows progress and writes files
         self.device = torch.device(device) if device is not None else default_device()
         if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())  # this rank's GPU
@@ -271,7 +270,7 @@ def fit(self, epoch_batches: Callable[[int], Sequence[Batch]],
     as many batches of its own (chapter 6's `shard_batches`), and the callbacks must decide alike on
     every rank. Returns every step's statistics."""
     config, history, pending = self.config, [], []
-    progress = Progress(self.last_step, self.step, enabled=config.progress and self.is_main)
+    progress = Progress(self.last_step, self.step, enabled=config.progress and is_main_process())
     if self.step == 0:  # a fresh run starts from config.seed; a resumed one from its saved state
         torch.manual_seed(config.seed)
         random.seed(config.seed)

@@ -26,6 +26,7 @@ from annotated_transformer.distributed import (
     shard_batches,
     shutdown_distributed,
 )
+from annotated_transformer.helpers.processes import is_main_process
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.training import (
@@ -59,7 +60,7 @@ def _worker(rank: int, out: str, port: int) -> None:
     torch.set_num_threads(1)
     context = init_distributed("gloo", device="cpu")
     try:
-        result = {"context": [context.rank, context.world_size, context.is_main, context.is_distributed]}
+        result = {"context": [context.rank, context.world_size, is_main_process(), context.is_distributed]}
         for name, per_rank in SCENARIOS.items():
             trainer = tiny_trainer()
             stats = trainer.train_step([make_batch(pairs) for pairs in per_rank[rank]])
@@ -187,7 +188,7 @@ def test_init_distributed_without_torchrun_is_a_single_process(monkeypatch):
             monkeypatch.setenv("WORLD_SIZE", world_size)
         context = init_distributed()
         assert (context.rank, context.world_size, context.local_rank) == (0, 1, 0)
-        assert context.is_main and not context.is_distributed
+        assert is_main_process() and not context.is_distributed
         assert context.device == default_device()
         assert not torch.distributed.is_initialized()
     assert init_distributed(device="cpu").device == torch.device("cpu")
