@@ -29,10 +29,10 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `translation_checks` (chapter 14): what training and translating say about their input.
 - `trained_models` (chapter 14): a trained model read back with its vocabulary (`Translator.load`).
 - `attention_explorer` (chapter 14): the attention maps as an interactive chart (Altair, for the book).
-- `layer_norm_figures` (chapter 19): the training curves of post-LN and pre-LN runs, as a figure and
-  as an interactive chart.
 - `distributed_check` (chapter 15): the check that two processes train as one (`equivalence_worker`,
   the worker each spawned rank runs, and `free_port`).
 - `layer_comparison` (chapter 17): the tables and figures of the chapter's comparison of layers
   (Table 1's costs as an interactive chart, the timing sweeps, the path lengths).
+- `layer_norm_figures` (chapter 19): the training curves of post-LN and pre-LN runs, as a figure and
+  as an interactive chart.
 """
