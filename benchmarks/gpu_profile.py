@@ -28,7 +28,7 @@ from mfu import flop_fields, pair_flops, peak_record, step_function
 from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.acceleration import configure_process
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.model import make_model
 from annotated_transformer.regularization import LabelSmoothingLoss
 

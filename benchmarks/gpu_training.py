@@ -66,7 +66,7 @@ from training_throughput import TorchReference
 from annotated_transformer.acceleration import autocast_context, compile_forward_loss, configure_process
 from annotated_transformer.batching import Batch, batch_by_tokens, make_batch
 from annotated_transformer.data import corpus
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.optimizer import make_optimizer
 from annotated_transformer.recipes import get_recipe

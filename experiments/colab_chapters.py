@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from gpu_training import command_line
 
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"

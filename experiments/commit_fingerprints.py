@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.runs.run_directory import RunDirectory
+from annotated_transformer.companions.run_directory import RunDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
 

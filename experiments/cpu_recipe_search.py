@@ -55,8 +55,9 @@ import sys
 import time
 from pathlib import Path
 
-from annotated_transformer.files import atomic_write_text
-from annotated_transformer.runs.run_directory import RunDirectory, read_history
+from annotated_transformer.companions.run_directory import RunDirectory
+from annotated_transformer.helpers.files import atomic_write_text
+from annotated_transformer.runs.run_files import read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "runs" / "search"

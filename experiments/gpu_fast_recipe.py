@@ -44,9 +44,9 @@ import torch
 from gpu_finale import command_line
 
 from annotated_transformer.acceleration import configure_process
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.companions.vocabulary_files import read_vocabularies
 from annotated_transformer.recipes import Recipe, get_recipe
-from annotated_transformer.runs.run_directory import RunDirectory
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.translator import Translator, Validator
 

@@ -79,15 +79,16 @@ from annotated_transformer.acceleration import configure_process
 from annotated_transformer.attention_plots import attention_maps
 from annotated_transformer.checkpoints import read_checkpoint
 from annotated_transformer.companions.corpus_cache import cached_encode_pairs
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.companions.vocabulary_files import read_vocabularies
 from annotated_transformer.data import corpus
 from annotated_transformer.decoding import average_checkpoints
-from annotated_transformer.files import atomic_save, atomic_write, atomic_write_text
+from annotated_transformer.helpers.files import atomic_save, atomic_write, atomic_write_text
 from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.experiments import run_variants
-from annotated_transformer.runs.run_directory import RunDirectory, read_history
+from annotated_transformer.runs.run_files import read_history
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.translator import InputWarning, Translator, Validator, evaluate_bleu
 from annotated_transformer.variations import SCALES, Variant, table3_variants, with_seeds

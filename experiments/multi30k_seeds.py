@@ -26,7 +26,7 @@ from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe, train_translation
 from annotated_transformer.acceleration import configure_process
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "annotated_transformer" / "results"

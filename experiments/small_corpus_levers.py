@@ -58,9 +58,10 @@ from annotated_transformer import Translator, corpus, evaluate_bleu, get_recipe,
 from annotated_transformer.acceleration import configure_process
 from annotated_transformer.cli.recipe_options import option_name
 from annotated_transformer.companions.hardware import describe_hardware
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.helpers import verdicts
-from annotated_transformer.runs.run_directory import RunDirectory, read_history
+from annotated_transformer.helpers.files import atomic_write_text
+from annotated_transformer.runs.run_files import read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "annotated_transformer" / "results"

@@ -32,7 +32,7 @@ from annotated_transformer.checkpoints import (
     save_checkpoint,
     state_dict_sha256,
 )
-from annotated_transformer.files import atomic_save, atomic_write_text, remove_stale_temporaries
+from annotated_transformer.helpers.files import atomic_save, atomic_write_text, remove_stale_temporaries
 from annotated_transformer.model import make_model
 from annotated_transformer.training import TrainConfig, Trainer, TrainingDiverged
 

@@ -83,7 +83,7 @@ def _clock_fitted_run(out: str) -> dict:
     comes before its cooldown (the last half of 40 steps): rank 0's clock fits the schedule, at a log
     point, for both ranks. The last thing a worker does: it patches the trainer and the clock."""
     from annotated_transformer.recipes import get_recipe
-    from annotated_transformer.runs.run_directory import RunHistory
+    from annotated_transformer.runs.run_files import RunHistory
     from annotated_transformer.runs.translation import train_translation
 
     done, step = {"steps": 0}, Trainer.train_step_async

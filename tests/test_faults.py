@@ -26,10 +26,10 @@ from helpers import FullFile, new_run, tiny_model
 from annotated_transformer.__main__ import main
 from annotated_transformer.checkpoints import checkpoint_paths, read_checkpoint, save_checkpoint
 from annotated_transformer.companions.translation_checks import TrainingWarning, batch_warning
-from annotated_transformer.files import DiskFullError, atomic_write_text
 from annotated_transformer.helpers import files
+from annotated_transformer.helpers.files import DiskFullError, atomic_write_text
 from annotated_transformer.recipes import get_recipe
-from annotated_transformer.runs.run_directory import RunInUse, run_lock
+from annotated_transformer.runs.run_files import RunInUse, run_lock
 from annotated_transformer.runs.translation import train_translation
 
 TINY = [*helpers.TINY_TRAIN, "--device", "cpu"]

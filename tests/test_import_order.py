@@ -45,7 +45,7 @@ COMPANION_CHAPTERS = {
     "companions.attention_explorer": 14,
     "companions.distributed_check": 15,
     "companions.layer_comparison": 17,
-    "companions.run_layout": 10,
+    "companions.run_directory": 10,
     "companions.checkpoint_upgrades": 10,
     "companions.checkpoint_checks": 10,
     "companions.vocabulary_files": 13,
@@ -54,9 +54,9 @@ COMPANION_CHAPTERS = {
 # The chapter each hand-written module of the run layer and the command line belongs to (the chapter
 # that first uses it; its docstring names it). Modules a notebook exports take their chapter from it.
 HAND_WRITTEN_CHAPTERS = {
-    "runs.run_directory": 10,
+    "runs.run_files": 10,
     "runs.long_run": 10,
-    "runs.recipe_files": 14,
+    "runs.fingerprints": 14,
     "runs.bookkeeping": 14,
     "runs.translation_files": 14,
     "runs.pretrained": 14,
@@ -266,21 +266,21 @@ def test_the_circle_finder_finds_a_circle_and_none_where_there_is_none():
 def test_the_import_finder_resolves_relative_absolute_and_nested_imports(tmp_path):
     source = tmp_path / "m.py"
     source.write_text(
-        "from ..model import Transformer\nfrom . import run_directory\nfrom .long_run import LongRun\n"
+        "from ..model import Transformer\nfrom . import run_files\nfrom .long_run import LongRun\n"
         "import annotated_transformer.batching\nfrom annotated_transformer.helpers import progress\n"
         "def f():\n    from annotated_transformer.training import Trainer\n"
     )
-    known = {"model", "batching", "training", "runs", "runs.run_directory", "runs.long_run", "runs.m",
+    known = {"model", "batching", "training", "runs", "runs.run_files", "runs.long_run", "runs.m",
              "helpers", "helpers.progress"}
     assert imported_modules(source, "runs.m", known) == {
-        "model", "runs.run_directory", "runs.long_run", "batching", "helpers.progress", "training"}
+        "model", "runs.run_files", "runs.long_run", "batching", "helpers.progress", "training"}
 
 
 def test_every_layer_is_seen():
     """The finder sees modules in every layer, so that an empty graph cannot pass the tests above."""
     graph = import_graph()
     assert {layer_of(name) for name in graph} == set(LAYERS)
-    assert "runs.run_directory" in graph["runs.bookkeeping"] and "training" in graph["runs.long_run"]
+    assert "runs.run_files" in graph["runs.bookkeeping"] and "training" in graph["runs.long_run"]
 
 
 def test_no_library_module_guards_its_imports():

@@ -24,7 +24,7 @@ from annotated_transformer.layer_norm import (
 from annotated_transformer.model import make_model
 from annotated_transformer.optimizer import make_optimizer, rate
 from annotated_transformer.recipes import RECIPES, Recipe
-from annotated_transformer.runs.run_directory import _settle_recipe
+from annotated_transformer.runs.run_files import _settle_recipe
 from annotated_transformer.training import TrainConfig, Trainer
 from annotated_transformer.variations import SCALES, with_seeds
 

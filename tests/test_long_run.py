@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import assert_identical, copy_batches, parameters, tiny_trainer
 
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.runs.long_run import ClockFit, LongRun
-from annotated_transformer.runs.run_directory import (
-    RunDirectory,
+from annotated_transformer.runs.run_files import (
     RunHistory,
     _settle_recipe,
     open_run,

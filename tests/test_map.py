@@ -57,7 +57,7 @@ def test_every_name_and_path_the_pages_give_exists():
     assert not missing, "names that do not import and paths that do not exist:\n  " + "\n  ".join(missing)
 
 
-@pytest.mark.parametrize("name", ["annotated_transformer.runs.run_directory.RunDirectory",
+@pytest.mark.parametrize("name", ["annotated_transformer.companions.run_directory.RunDirectory",
                                   "annotated_transformer.cli.commands"])
 def test_a_name_that_exists_resolves(name):
     assert resolves(name)
@@ -65,7 +65,10 @@ def test_a_name_that_exists_resolves(name):
 
 @pytest.mark.parametrize("name", ["annotated_transformer.machinery.run_directory",
                                   "annotated_transformer.translation.train_translation",
-                                  "annotated_transformer.run_directory"])
+                                  "annotated_transformer.run_directory",
+                                  "annotated_transformer.runs.run_directory",
+                                  "annotated_transformer.companions.run_layout",
+                                  "annotated_transformer.files"])
 def test_a_name_that_moved_does_not(name):
     assert not resolves(name)
 

@@ -10,9 +10,9 @@ import json
 import pytest
 import torch
 
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.helpers.processes import is_main_process, rank_and_world_size
-from annotated_transformer.runs.run_directory import (
-    RunDirectory,
+from annotated_transformer.runs.run_files import (
     RunHistory,
     _settle_recipe,
     note,

@@ -26,7 +26,7 @@ from annotated_transformer.checkpoints import (
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs.long_run import ClockFit, LongRun
-from annotated_transformer.runs.run_directory import open_run
+from annotated_transformer.runs.run_files import open_run
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.training import TrainConfig, TrainingDiverged
 

@@ -1,6 +1,6 @@
 """A recipe as one flat dict of settings and back, the names of older files and the recipe's own checks
 (annotated_transformer.companions.recipe_settings), and a run's fingerprints
-(annotated_transformer.runs.recipe_files): chapter 14's `Recipe`."""
+(annotated_transformer.runs.fingerprints): chapter 14's `Recipe`."""
 
 import dataclasses
 import json
@@ -21,7 +21,7 @@ from annotated_transformer.companions.vocabulary_files import vocabularies_sha25
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import TransformerConfig, config_sha256
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe, recipe_settings
-from annotated_transformer.runs.recipe_files import BUILT_FROM, run_fingerprint
+from annotated_transformer.runs.fingerprints import BUILT_FROM, run_fingerprint
 from annotated_transformer.tokenization import build_vocabularies
 from annotated_transformer.training import TrainConfig
 

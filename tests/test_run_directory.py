@@ -27,11 +27,12 @@ from annotated_transformer.checkpoints import (
     read_checkpoint,
 )
 from annotated_transformer.cli.commands import main
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.companions.vocabulary_files import read_vocabularies, vocabularies_sha256
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import config_sha256
 from annotated_transformer.recipes import Recipe, get_recipe
-from annotated_transformer.runs.run_directory import RunDirectory, run_data_dir
+from annotated_transformer.runs.run_files import run_data_dir
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import VocabularyError, encode_pairs, token_batches
 from annotated_transformer.training import evaluate
@@ -251,7 +252,7 @@ def test_a_damaged_hardware_file_is_written_again(copy, capsys):
 KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
-from annotated_transformer.files import atomic_save, atomic_write_text
+from annotated_transformer.helpers.files import atomic_save, atomic_write_text
 run = Path(sys.argv[1])
 os.fsync = lambda fd: time.sleep(600)  # every write stops between its temporary file and the rename
 if sys.argv[2] == "text":

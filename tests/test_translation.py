@@ -22,7 +22,7 @@ from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig
 from annotated_transformer.optimizer import cooldown_factor, rate
 from annotated_transformer.recipes import RECIPES, Recipe, get_recipe
-from annotated_transformer.runs.run_directory import RESUMABLE_FIELDS, RunHistory
+from annotated_transformer.runs.run_files import RESUMABLE_FIELDS, RunHistory
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.tokenization import VocabularyError, build_vocabularies
 from annotated_transformer.training import Trainer

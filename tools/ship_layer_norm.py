@@ -12,9 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.layer_norm import curves
-from annotated_transformer.runs.run_directory import read_history
+from annotated_transformer.runs.run_files import read_history
 
 OUT = Path(__file__).resolve().parent.parent / "annotated_transformer" / "results" / "layer_norm_small.json"
 

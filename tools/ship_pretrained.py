@@ -16,7 +16,7 @@ from pathlib import Path
 
 from annotated_transformer import Translator, corpus, evaluate_bleu
 from annotated_transformer.checkpoints import read_checkpoint, save_checkpoint
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.model import Transformer, TransformerConfig
 from annotated_transformer.runs.pretrained import FILES, sha256_of, shipped_root
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from annotated_transformer.files import DiskFullError, atomic_write_text
+from annotated_transformer.helpers.files import DiskFullError, atomic_write_text
 
 
 def check_output(name: str | None, option: str = "--output", example: str = "out.txt") -> Path | None:

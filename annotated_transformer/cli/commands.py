@@ -54,14 +54,15 @@ from annotated_transformer.data import CORPORA, DataError, corpus
 from annotated_transformer.decoding import save_average
 from annotated_transformer.distributed import init_distributed, shutdown_distributed
 from annotated_transformer.helpers.errors import Setting, SettingsMessage
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.companions.hardware import check_device
 from annotated_transformer.helpers.processes import is_main_process
 from annotated_transformer.runs.pretrained import PREFIX, available, pretrained_dir
 from annotated_transformer.cli.recipe_options import add_recipe_options, describe_configuration
 from annotated_transformer.cli.recipe_options import option_name, recipe_from_args
 from annotated_transformer.recipes import RECIPES, Recipe
-from annotated_transformer.runs.run_directory import RunDirectory, read_recipe, recipe_copy, run_data_dir
+from annotated_transformer.companions.run_directory import RunDirectory
+from annotated_transformer.runs.run_files import read_recipe, recipe_copy, run_data_dir
 from annotated_transformer.training import TrainingDiverged
 from annotated_transformer.companions.translation_checks import TrainingWarning
 from annotated_transformer.runs.translation import train_translation

@@ -10,7 +10,7 @@ only that chapter's and earlier ones, and are used by that chapter and later one
 - `hardware` (chapter 9, §5.2): the device a run uses (`default_device`), checked before any work,
   the settings of the whole process that make training on it faster (`configure_process`), and a
   description of the machine.
-- `run_layout` (chapter 10): where each file of a run directory lives (`RunDirectory`).
+- `run_directory` (chapter 10): where each file of a run directory lives (`RunDirectory`).
 - `checkpoint_upgrades` (chapter 10): the checkpoints that earlier releases wrote (format versions 1
   and 2), their digests checked and their contents given today's layout.
 - `checkpoint_checks` (chapter 10): what reading a checkpoint checks (its digest, its parameters, the

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.files import atomic_save
+from annotated_transformer.helpers.files import atomic_save
 from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs, Vocabularies, sample_merges,
                                                 encode_pairs, token_batches)
 

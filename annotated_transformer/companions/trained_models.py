@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from annotated_transformer.checkpoints import model_from_checkpoint, read_checkpoint
-from annotated_transformer.companions.run_layout import RunDirectory
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.helpers.input_checks import shown as _shown
 from annotated_transformer.model import Transformer
 from annotated_transformer.tokenization import Vocabularies, VocabularyError

@@ -30,7 +30,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.tokenization import BPE, TextEncoder, Vocab, Vocabularies, VocabularyError
 
 __all__ = ["FORMAT", "VERSION", "bpe_from_json", "bpe_to_json", "read_vocabularies", "write_vocabularies",

@@ -25,8 +25,8 @@ from annotated_transformer.helpers.processes import is_main_process, rank_and_wo
 from annotated_transformer.model import Transformer
 from annotated_transformer.recipes import Recipe
 from annotated_transformer.runs.long_run import LongRun
-from annotated_transformer.runs.recipe_files import BUILT_FROM, check_run_vocabulary, run_fingerprint
-from annotated_transformer.runs.run_directory import Run, open_run, record_data_dir
+from annotated_transformer.runs.fingerprints import BUILT_FROM, check_run_vocabulary, run_fingerprint
+from annotated_transformer.runs.run_files import Run, open_run, record_data_dir
 from annotated_transformer.runs.translation_files import TrainingRun
 from annotated_transformer.tokenization import EncodedPairs, Vocabularies
 from annotated_transformer.training import Trainer

@@ -20,12 +20,12 @@ import torch
 
 from annotated_transformer.data import corpus
 from annotated_transformer.model import count_parameters
-from annotated_transformer.files import atomic_write_text
+from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.companions.corpus_cache import cached_encode_pairs
 from annotated_transformer.tokenization import encode_pairs, token_batches
 from annotated_transformer.training import evaluate
 from annotated_transformer.recipes import Recipe
-from annotated_transformer.runs.run_directory import RunDirectory
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.translator import Translator, bleu
 from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.runs.translation_files import load_vocabularies

@@ -16,8 +16,8 @@ import torch.distributed
 from annotated_transformer.batching import Batch
 from annotated_transformer.checkpoints import CheckpointDirectory, CheckpointError
 from annotated_transformer.helpers.processes import is_main_process
-from annotated_transformer.runs.run_directory import (
-    RunDirectory,
+from annotated_transformer.companions.run_directory import RunDirectory
+from annotated_transformer.runs.run_files import (
     RunHistory,
     note,
     peek_extra,

@@ -11,8 +11,8 @@ from pathlib import Path
 from annotated_transformer.companions.vocabulary_files import read_vocabularies, write_vocabularies
 from annotated_transformer.model import Transformer
 from annotated_transformer.recipes import Recipe
-from annotated_transformer.runs.recipe_files import check_rebuilt_vocabulary
-from annotated_transformer.runs.run_directory import RunDirectory
+from annotated_transformer.runs.fingerprints import check_rebuilt_vocabulary
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.tokenization import Vocabularies, VocabularyError, build_vocabularies
 
 __all__ = ["TrainingRun", "load_vocabularies"]

@@ -13,7 +13,8 @@ from typing import Any
 
 from annotated_transformer.companions.trained_models import check_fingerprint
 from annotated_transformer.model import TransformerConfig, config_sha256
-from annotated_transformer.runs.run_directory import RunDirectory, note, recorded, set_aside
+from annotated_transformer.companions.run_directory import RunDirectory
+from annotated_transformer.runs.run_files import note, recorded, set_aside
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
 from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 

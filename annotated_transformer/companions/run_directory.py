@@ -1,5 +1,5 @@
 """Where each file of a run directory lives (companion of chapter 10): `RunDirectory`, the layout
-alone, which the run layer (`runs.run_directory`) keeps and chapter 14's translator reads a trained
+alone, which the run layer (`runs.run_files`) keeps and chapter 14's translator reads a trained
 model from."""
 
 from __future__ import annotations

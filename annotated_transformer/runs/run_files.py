@@ -6,7 +6,6 @@ Chapter 10 shows it at work on a run of the copy task; chapters 14 and 16 keep t
 __all__ = [
     "RESUMABLE_FIELDS",
     "Run",
-    "RunDirectory",
     "RunHistory",
     "RunInUse",
     "note",
@@ -38,9 +37,9 @@ from typing import Any
 import torch
 import torch.distributed
 
-from annotated_transformer.companions.run_layout import RunDirectory
+from annotated_transformer.companions.run_directory import RunDirectory
 from annotated_transformer.helpers.processes import is_main_process, rank_and_world_size
-from annotated_transformer.files import DiskFullError, atomic_write_text, disk_full, remove_stale_temporaries
+from annotated_transformer.helpers.files import DiskFullError, atomic_write_text, disk_full, remove_stale_temporaries
 from annotated_transformer.companions.hardware import describe_hardware
 from annotated_transformer.training import StepStats
 
