@@ -11,15 +11,15 @@ from annotated_transformer.cli.experiments import add_experiment_command
 from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.variations import table3_variants
 
-__all__ = ["EXPERIMENTS", "main"]
+__all__ = ["main"]
 
-EXPERIMENTS = {"table3": table3_variants, "layer-norm": layer_norm_variants}
+_EXPERIMENTS = {"table3": table3_variants, "layer-norm": layer_norm_variants}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command of the complete command line; errors in the input end it with a message and
     exit status 2."""
-    return cli.main(argv, extra_commands=[functools.partial(add_experiment_command, experiments=EXPERIMENTS)])
+    return cli.main(argv, extra_commands=[functools.partial(add_experiment_command, experiments=_EXPERIMENTS)])
 
 
 if __name__ == "__main__":

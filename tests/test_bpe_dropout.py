@@ -12,7 +12,7 @@ import pytest
 from helpers import OLD_RECIPE_JSON, fails, one_line
 
 from annotated_transformer.__main__ import main
-from annotated_transformer.companions.corpus_cache import dropout_epochs, sample_ids, training_batches
+from annotated_transformer.companions.corpus_cache import _dropout_epochs, _sample_ids, training_batches
 from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.helpers.errors import FieldError
@@ -65,8 +65,8 @@ def hf_with_dropout(bpe: BPE, dropout: float):
 
 def test_dropout_0_segments_as_plain_bpe_on_the_builtin_corpus(vocabs, sentences, train):
     bpe = vocabs.source.bpe
-    assert sample_ids(bpe, sentences, 0.0, random.Random(0)) == bpe.encode_batch(sentences)
-    assert dropout_epochs(train, vocabs, 0.0)(3) == encode_pairs(train, vocabs)
+    assert _sample_ids(bpe, sentences, 0.0, random.Random(0)) == bpe.encode_batch(sentences)
+    assert _dropout_epochs(train, vocabs, 0.0)(3) == encode_pairs(train, vocabs)
     hf = hf_with_dropout(bpe, 0.0)
     some = sentences[:500]
     assert [e.ids for e in hf.encode_batch(some, is_pretokenized=True)] == bpe.encode_batch(some)
@@ -78,7 +78,7 @@ def test_dropout_1_applies_no_merge(vocabs, sentences):
     for words in sentences[:500]:
         for word in words:
             assert sample_merges(word, ranks, 1.0, rng) == [*word[:-1], word[-1] + END_OF_WORD]
-    ids = sample_ids(bpe, sentences[:500], 1.0, rng)
+    ids = _sample_ids(bpe, sentences[:500], 1.0, rng)
     spelled = [[c for w in words for c in [*w[:-1], w[-1] + END_OF_WORD]] for words in sentences[:500]]
     assert ids == [bpe.vocab.lookup_indices(pieces) for pieces in spelled]
     hf = hf_with_dropout(bpe, 1.0)
@@ -88,7 +88,7 @@ def test_dropout_1_applies_no_merge(vocabs, sentences):
 @pytest.mark.parametrize("dropout", [0.1, 0.5])
 def test_samples_vary_with_the_seed_and_spell_the_same_words(vocabs, sentences, dropout):
     bpe = vocabs.source.bpe
-    samples = [sample_ids(bpe, sentences, dropout, random.Random(seed)) for seed in range(3)]
+    samples = [_sample_ids(bpe, sentences, dropout, random.Random(seed)) for seed in range(3)]
     plain = bpe.encode_batch(sentences)
     assert samples[0] != samples[1] != samples[2] and samples[0] != plain
     for sample in samples:
@@ -99,10 +99,10 @@ def test_samples_vary_with_the_seed_and_spell_the_same_words(vocabs, sentences, 
 
 def test_the_same_seed_gives_the_same_segmentation(vocabs, sentences, train):
     bpe = vocabs.source.bpe
-    assert sample_ids(bpe, sentences, 0.1, random.Random(7)) == sample_ids(bpe, sentences, 0.1,
+    assert _sample_ids(bpe, sentences, 0.1, random.Random(7)) == _sample_ids(bpe, sentences, 0.1,
                                                                            random.Random(7))
-    assert dropout_epochs(train, vocabs, 0.1, seed=3)(2) == dropout_epochs(train, vocabs, 0.1, seed=3)(2)
-    assert dropout_epochs(train, vocabs, 0.1, seed=3)(2) != dropout_epochs(train, vocabs, 0.1, seed=4)(2)
+    assert _dropout_epochs(train, vocabs, 0.1, seed=3)(2) == _dropout_epochs(train, vocabs, 0.1, seed=3)(2)
+    assert _dropout_epochs(train, vocabs, 0.1, seed=3)(2) != _dropout_epochs(train, vocabs, 0.1, seed=4)(2)
 
 
 @pytest.mark.parametrize("word", ["newest", "widest", "lowest", "lower"])
@@ -163,4 +163,4 @@ def test_word_vocabularies_ignore_bpe_dropout(train):
     batches = training_batches(train[:300], encoded, words, 0.1, 800, seed=0)
     assert [b.src.tolist() for b in batches(1)] == [b.src.tolist() for b in token_batches(encoded, 800)(1)]
     with pytest.raises(ValueError, match="BPE-dropout needs a BPE vocabulary"):
-        dropout_epochs(train[:300], words, 0.1)
+        _dropout_epochs(train[:300], words, 0.1)

@@ -10,12 +10,12 @@ import pytest
 from helpers import one_line
 
 from annotated_transformer.helpers.input_checks import (
+    _check_list,
+    _is_pair,
     check_count,
-    check_list,
     check_pairs,
     check_text,
     check_texts,
-    is_pair,
     shown,
 )
 
@@ -30,11 +30,11 @@ def test_shown_is_short_on_one_line_and_names_types_its_repr_hides():
 
 
 def test_check_list_keeps_what_a_generator_gave():
-    numbers = check_list((i for i in range(3)), "numbers", "ints", lambda i: isinstance(i, int), None)
+    numbers = _check_list((i for i in range(3)), "numbers", "ints", lambda i: isinstance(i, int), None)
     assert numbers == [0, 1, 2]
-    assert check_list([], "numbers", "a list of ints", lambda i: True, None) == []
+    assert _check_list([], "numbers", "a list of ints", lambda i: True, None) == []
     with pytest.raises(ValueError, match="must hold at least one number, got an empty tuple") as info:
-        check_list((), "numbers", "a list of ints", lambda i: True, "one number")
+        _check_list((), "numbers", "a list of ints", lambda i: True, "one number")
     one_line(info)
 
 
@@ -76,7 +76,7 @@ def test_good_values_come_back_as_lists_and_ints():
     pairs = check_pairs(pair for pair in [("Ein Hund.", "A dog."), ["Eine Katze.", "A cat."]])
     assert pairs == [("Ein Hund.", "A dog."), ["Eine Katze.", "A cat."]]
     assert check_count(8000, "vocab_size", 5) == 8000 and type(check_count(True + 1, "n")) is int
-    assert [is_pair(p) for p in [("a", "b"), ["a", "b"], ("a",), ("a", "b", "c"), ("a", 1), "ab"]] == [
+    assert [_is_pair(p) for p in [("a", "b"), ["a", "b"], ("a",), ("a", "b", "c"), ("a", 1), "ab"]] == [
         True, True, False, False, False, False]
 
 

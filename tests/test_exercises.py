@@ -24,7 +24,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="reads the book's notebooks: a [dev] extra's tool")
 
 import annotated_transformer  # noqa: E402
-from annotated_transformer.__main__ import EXPERIMENTS  # noqa: E402
+from annotated_transformer.__main__ import _EXPERIMENTS  # noqa: E402
 from annotated_transformer.cli.commands import build_parser  # noqa: E402
 from annotated_transformer.cli.experiments import add_experiment_command  # noqa: E402
 
@@ -73,7 +73,7 @@ def exercise_texts(notebook) -> list[tuple[int, str]]:
 def command_line_options() -> set[str]:
     """Every option string of the complete command line (chapter 16's commands and chapter 18's
     `experiment`), and of each of its commands."""
-    parser = build_parser([lambda commands: add_experiment_command(commands, experiments=EXPERIMENTS)])
+    parser = build_parser([lambda commands: add_experiment_command(commands, experiments=_EXPERIMENTS)])
     options: set[str] = set()
     stack = [parser]
     while stack:

@@ -15,7 +15,7 @@ import torch
 from helpers import small_config, small_model, tiny_trainer
 
 from annotated_transformer.companions.translation_checks import (
-    UNREADABLE_SHARE,
+    _UNREADABLE_SHARE,
     InputWarning,
     TrainingWarning,
     TranslationInfo,
@@ -220,9 +220,9 @@ def test_batches_of_one_sentence_are_warned_about_from_just_past_the_boundary(le
 
 
 def test_a_sentence_is_unreadable_from_exactly_the_unknown_share():
-    """A sentence of 1000 tokens with UNREADABLE_SHARE of them unknown (500) is unreadable and warned
+    """A sentence of 1000 tokens with _UNREADABLE_SHARE of them unknown (500) is unreadable and warned
     about; with one unknown token fewer, it is not."""
-    at = round(UNREADABLE_SHARE * 1000)
+    at = round(_UNREADABLE_SHARE * 1000)
     assert at == 500  # the documented share: half
     assert TranslationInfo("", 1000, at, False).unreadable
     assert not TranslationInfo("", 1000, at - 1, False).unreadable

@@ -9,14 +9,14 @@ import pytest
 from helpers import OLD_RECIPE_JSON, one_line
 
 from annotated_transformer.companions.recipe_settings import (
-    LEFT_TO_RUN,
+    _LEFT_TO_RUN,
     check_recipe,
     recipe_from_dict,
     recipe_settings_of,
     recipe_to_dict,
     refuse_unknown,
 )
-from annotated_transformer.companions.trained_models import check_path
+from annotated_transformer.companions.trained_models import _check_path
 from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.model import TransformerConfig, config_sha256
@@ -95,7 +95,7 @@ def test_the_functions_are_the_recipes_methods():
     assert recipe_settings_of(Recipe) == recipe_settings()
     assert recipe_to_dict(recipe) == recipe.to_dict()
     assert recipe_from_dict(Recipe, recipe.to_dict()) == recipe == Recipe.from_dict(recipe.to_dict())
-    assert set(LEFT_TO_RUN) == {"model", "train"}  # the recipe's two parts
+    assert set(_LEFT_TO_RUN) == {"model", "train"}  # the recipe's two parts
     check_recipe(recipe)  # a named recipe passes its own checks
     refuse_unknown(Recipe, {"d_model": 1, "alpha": 1.0})  # settings of the parts and of the recipe itself
     with pytest.raises(ValueError, match=r"^unknown recipe field\(s\) \['share_embeddings'\]") as info:
@@ -122,9 +122,9 @@ def test_the_run_fingerprint_names_the_recipe_the_vocabulary_and_the_model():
 
 
 def test_check_path_says_what_it_expected(tmp_path):
-    assert check_path(tmp_path, "run", "a run directory") == tmp_path
-    assert check_path(str(tmp_path / "later"), "out", "a file", exists=False) == tmp_path / "later"
+    assert _check_path(tmp_path, "run", "a run directory") == tmp_path
+    assert _check_path(str(tmp_path / "later"), "out", "a file", exists=False) == tmp_path / "later"
     with pytest.raises(TypeError, match=r"^run must be the path of a run directory \(a str or Path\), got 3"):
-        check_path(3, "run", "a run directory")
+        _check_path(3, "run", "a run directory")
     with pytest.raises(FileNotFoundError, match=r"no run at .*missing: give the path of a run directory"):
-        check_path(tmp_path / "missing", "run", "a run directory")
+        _check_path(tmp_path / "missing", "run", "a run directory")

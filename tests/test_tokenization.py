@@ -16,7 +16,7 @@ from helpers import one_line
 
 import annotated_transformer.helpers.files as files
 from annotated_transformer.batching import BOS, EOS, PAD, UNK, Batch
-from annotated_transformer.companions.vocabulary_files import bpe_from_json, bpe_to_json
+from annotated_transformer.companions.vocabulary_files import _bpe_from_json, _bpe_to_json
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.tokenization import (
     BPE,
@@ -165,7 +165,7 @@ def test_bpe_round_trip_specials_and_json(train, bpe_vocabs):
         assert all(bpe.words(row) == words for row, words in zip(ids, sentences, strict=True))
         assert UNK not in {i for row in ids for i in row}
         assert all(piece.endswith(END_OF_WORD) for row in ids for piece in [bpe.pieces(row)[-1]])
-    restored = bpe_from_json(bpe_to_json(bpe))  # through the vocabulary file's JSON
+    restored = _bpe_from_json(_bpe_to_json(bpe))  # through the vocabulary file's JSON
     sentences = SpacyTokenizer("de").pipe(de for de, _ in builtin_corpus("val"))
     assert restored.encode_batch(sentences) == bpe.encode_batch(sentences)
     assert restored.vocab == bpe.vocab and restored.merges == bpe.merges
@@ -191,7 +191,7 @@ def test_bpe_training_is_deterministic(train):
     for seed in range(3):
         shuffled = sentences[:]
         random.Random(seed).shuffle(shuffled)
-        assert bpe_to_json(BPE.train(shuffled, vocab_size=300)) == bpe_to_json(bpe)
+        assert _bpe_to_json(BPE.train(shuffled, vocab_size=300)) == _bpe_to_json(bpe)
 
 
 LEARN_BPE = """

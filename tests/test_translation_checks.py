@@ -7,7 +7,7 @@ import torch
 from helpers import one_line
 
 from annotated_transformer.companions.translation_checks import (
-    UNREADABLE_SHARE,
+    _UNREADABLE_SHARE,
     TrainingWarning,
     TranslationInfo,
     batch_warning,
@@ -37,7 +37,7 @@ def test_what_the_model_could_not_read_is_said_in_one_line():
     unreadable = TranslationInfo("", 10, 8, False)
     long = TranslationInfo("...", 300, 0, True)
     assert not fine.unreadable and unreadable.unreadable and unreadable.unknown_share == 0.8
-    assert TranslationInfo("", 2, 1, False).unknown_share == UNREADABLE_SHARE
+    assert TranslationInfo("", 2, 1, False).unknown_share == _UNREADABLE_SHARE
     assert input_warning([fine, fine], 100) is None
     message = input_warning([fine, unreadable, long], 100)
     assert "\n" not in message

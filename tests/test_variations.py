@@ -45,7 +45,7 @@ TINY = Scale(
 def prepared(tmp_path_factory):
     """The tiny scale's vocabulary and encoded corpus, built once (run_variants reuses what it finds)."""
     folder = tmp_path_factory.mktemp("prepared")
-    experiments.prepare_vocabulary(TINY.base, folder)
+    experiments._prepare_vocabulary(TINY.base, folder)
     return folder
 
 

@@ -11,13 +11,13 @@ import json
 import pytest
 
 from annotated_transformer.companions.vocabulary_files import (
-    FORMAT,
-    VERSION,
-    bpe_from_json,
-    bpe_to_json,
+    _FORMAT,
+    _VERSION,
+    _bpe_from_json,
+    _bpe_to_json,
+    _vocabularies_to_dict,
     read_vocabularies,
     vocabularies_sha256,
-    vocabularies_to_dict,
     write_vocabularies,
 )
 from annotated_transformer.data import builtin_corpus
@@ -41,26 +41,26 @@ def tiny() -> Vocabularies:
 
 def test_the_file_is_the_vocabularies_dict(tmp_path, tiny):
     path = write_vocabularies(tiny, tmp_path / "vocab.json")
-    assert json.loads(path.read_text(encoding="utf-8")) == vocabularies_to_dict(tiny)
+    assert json.loads(path.read_text(encoding="utf-8")) == _vocabularies_to_dict(tiny)
     assert vocabularies_sha256(read_vocabularies(path)) == vocabularies_sha256(tiny)
 
 
 def test_the_file_names_its_format_version_kind_and_languages(word_vocabs, bpe_vocabs):
-    data = vocabularies_to_dict(word_vocabs)
-    assert (data["format"], data["version"], data["kind"]) == (FORMAT, VERSION, "word")
+    data = _vocabularies_to_dict(word_vocabs)
+    assert (data["format"], data["version"], data["kind"]) == (_FORMAT, _VERSION, "word")
     assert (data["source_language"], data["target_language"]) == ("de", "en")
     assert data["source_tokens"] == word_vocabs.source.vocab.get_itos()
     assert data["target_tokens"] == word_vocabs.target.vocab.get_itos()
-    data = vocabularies_to_dict(bpe_vocabs)
+    data = _vocabularies_to_dict(bpe_vocabs)
     assert data["kind"] == "bpe" and "source_tokens" not in data
-    assert data["bpe"] == json.loads(bpe_to_json(bpe_vocabs.source.bpe))  # the Hugging Face model, whole
+    assert data["bpe"] == json.loads(_bpe_to_json(bpe_vocabs.source.bpe))  # the Hugging Face model, whole
 
 
 def test_bpe_json_round_trip(bpe_vocabs):
     bpe = bpe_vocabs.source.bpe
-    restored = bpe_from_json(bpe_to_json(bpe))
+    restored = _bpe_from_json(_bpe_to_json(bpe))
     assert isinstance(restored, BPE) and restored.vocab == bpe.vocab and restored.merges == bpe.merges
-    assert bpe_to_json(restored) == bpe_to_json(bpe)
+    assert _bpe_to_json(restored) == _bpe_to_json(bpe)
 
 
 def test_vocabularies_save_load_round_trip(tmp_path, word_vocabs, bpe_vocabs):

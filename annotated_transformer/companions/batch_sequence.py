@@ -14,10 +14,10 @@ from typing import Protocol
 
 from annotated_transformer.batching import Batch, make_batch
 
-__all__ = ["BatchSequence", "EncodedCorpus"]
+__all__ = ["BatchSequence"]
 
 
-class EncodedCorpus(Protocol):
+class _EncodedCorpus(Protocol):
     """What a `BatchSequence` reads: each pair's source and target ids (chapter 13's `EncodedPairs`)."""
 
     source: list[list[int]]
@@ -31,7 +31,7 @@ class BatchSequence(Sequence[Batch]):
     with computation (`Batch.to(..., non_blocking=True)`).
     """
 
-    def __init__(self, data: EncodedCorpus, batches: Sequence[Sequence[int]], pin_memory: bool = False):
+    def __init__(self, data: _EncodedCorpus, batches: Sequence[Sequence[int]], pin_memory: bool = False):
         self.data, self.batches, self.pin_memory = data, [list(b) for b in batches], pin_memory
 
     def __len__(self) -> int:

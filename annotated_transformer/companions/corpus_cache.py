@@ -11,7 +11,7 @@ end to end), written atomically and loaded with `weights_only=True`. A damaged o
 not trusted: the corpus is encoded again and the file replaced.
 
 With BPE-dropout (chapter 13's `sample_merges`, the recipe's `bpe_dropout`) the training pairs'
-ids do change: every epoch samples a new segmentation of every word. `dropout_epochs` tokenizes the
+ids do change: every epoch samples a new segmentation of every word. `_dropout_epochs` tokenizes the
 pairs once (spaCy) and returns `epoch -> EncodedPairs`, each epoch's sample drawn from a generator
 seeded by the run's seed and the epoch, so that a resumed or distributed run (every rank) draws the
 same; `training_batches` gives `Trainer.fit` the token batches of each epoch's sample, or, at
@@ -35,8 +35,7 @@ from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs
 from annotated_transformer.helpers.input_checks import check_pairs
 from annotated_transformer.companions.vocabulary_files import vocabularies_sha256
 
-__all__ = ["cached_encode_pairs", "corpus_key", "dropout_epochs", "pack", "sample_ids", "training_batches",
-           "unpack"]
+__all__ = ["cached_encode_pairs", "corpus_key", "pack", "training_batches", "unpack"]
 
 
 def pack(rows: list[list[int]]) -> dict[str, torch.Tensor]:
@@ -88,7 +87,7 @@ def cached_encode_pairs(
     return encoded
 
 
-def sample_ids(bpe: BPE, sentences: Sequence[Sequence[str]], dropout: float, rng: random.Random) -> list[list[int]]:
+def _sample_ids(bpe: BPE, sentences: Sequence[Sequence[str]], dropout: float, rng: random.Random) -> list[list[int]]:
     """`bpe.encode_batch(sentences)` with BPE-dropout: every word's segmentation sampled with `rng`
     (chapter 13's `sample_merges`); `dropout=0` gives `encode_batch`'s ids."""
     ranks = {pair: rank for rank, pair in enumerate(bpe.merges)}
@@ -97,7 +96,7 @@ def sample_ids(bpe: BPE, sentences: Sequence[Sequence[str]], dropout: float, rng
                     for piece in sample_merges(part, ranks, dropout, rng)]) for words in sentences]
 
 
-def dropout_epochs(
+def _dropout_epochs(
     pairs: Sequence[tuple[str, str]], vocabs: Vocabularies, dropout: float, seed: int = 0
 ) -> Callable[[int], EncodedPairs]:
     """`epoch -> EncodedPairs`: the pairs as `encode_pairs` encodes them (the same pairs kept), but
@@ -113,8 +112,8 @@ def dropout_epochs(
 
     def epoch_pairs(epoch: int) -> EncodedPairs:
         rng = random.Random(f"bpe-dropout {seed} {epoch}")
-        return EncodedPairs(sample_ids(vocabs.source.bpe, source, dropout, rng),
-                            sample_ids(vocabs.target.bpe, target, dropout, rng))
+        return EncodedPairs(_sample_ids(vocabs.source.bpe, source, dropout, rng),
+                            _sample_ids(vocabs.target.bpe, target, dropout, rng))
 
     return epoch_pairs
 
@@ -128,9 +127,9 @@ def training_batches(
     **options,
 ) -> Callable[[int], BatchSequence]:
     """The training run's `epoch -> BatchSequence`: `token_batches(encoded, max_tokens, **options)`
-    at `dropout=0` or with word vocabularies (which have no merges to drop); otherwise each epoch's batches of `dropout_epochs(pairs, ...)(epoch)`, the
+    at `dropout=0` or with word vocabularies (which have no merges to drop); otherwise each epoch's batches of `_dropout_epochs(pairs, ...)(epoch)`, the
     epoch's own sample, batched and shuffled as `token_batches` does (`options`: its seed, rank...)."""
     if dropout == 0 or vocabs.kind != "bpe":
         return token_batches(encoded, max_tokens, **options)
-    sample = dropout_epochs(pairs, vocabs, dropout, options.get("seed", 0))
+    sample = _dropout_epochs(pairs, vocabs, dropout, options.get("seed", 0))
     return lambda epoch: token_batches(sample(epoch), max_tokens, **options)(epoch)

@@ -19,7 +19,7 @@ from annotated_transformer.distributed import init_distributed, shutdown_distrib
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.training import TrainConfig, Trainer
 
-__all__ = ["equivalence_batches", "equivalence_config", "equivalence_trainer", "equivalence_worker", "free_port"]
+__all__ = ["equivalence_batches", "equivalence_trainer", "equivalence_worker", "free_port"]
 
 
 def free_port() -> int:
@@ -29,7 +29,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def equivalence_config() -> TransformerConfig:
+def _equivalence_config() -> TransformerConfig:
     return TransformerConfig(
         src_vocab_size=20, tgt_vocab_size=20, n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0,
         max_len=64,
@@ -40,7 +40,7 @@ def equivalence_trainer(steps: int, accumulate: int = 1) -> Trainer:
     """The chapter's check: a small model without dropout, the same on every rank."""
     torch.manual_seed(0)
     config = TrainConfig(max_steps=steps, accumulate=accumulate, warmup=10, progress=False, log_every=0)
-    return Trainer(make_model(equivalence_config()), config, device="cpu")
+    return Trainer(make_model(_equivalence_config()), config, device="cpu")
 
 
 def equivalence_batches(epoch: int, rank: int = 0, world_size: int = 1) -> list[Batch]:

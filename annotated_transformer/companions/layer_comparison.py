@@ -24,8 +24,17 @@ import torch
 
 from annotated_transformer.why_self_attention import LAYER_KINDS, layer_flops, table1_term
 
-__all__ = ["cost_chart", "cpu_name", "describe_machine", "plot_fixed_work", "plot_path_lengths", "plot_sweep",
-           "plot_sweeps", "print_fixed_work", "print_slopes", "slope", "timing_table"]
+__all__ = [
+    "cost_chart",
+    "describe_machine",
+    "plot_fixed_work",
+    "plot_path_lengths",
+    "plot_sweeps",
+    "print_fixed_work",
+    "print_slopes",
+    "slope",
+    "timing_table",
+]
 
 STYLE = {"self-attention": "o", "recurrent": "s", "convolutional": "^", "separable": "v", "restricted": "D"}
 
@@ -75,7 +84,7 @@ def cost_chart() -> Any:
     )
 
 
-def cpu_name() -> str:
+def _cpu_name() -> str:
     """The processor's model name (from /proc/cpuinfo on Linux), else what `platform` knows."""
     try:
         with open("/proc/cpuinfo") as info:
@@ -89,11 +98,11 @@ def cpu_name() -> str:
 
 def describe_machine() -> str:
     """The processor, the system and torch, and the threads a timing uses (one)."""
-    return (f"{cpu_name()}, {platform.machine()}, {platform.system()}; torch {torch.__version__}; "
+    return (f"{_cpu_name()}, {platform.machine()}, {platform.system()}; torch {torch.__version__}; "
             f"timings on 1 thread (torch.get_num_threads() = {torch.get_num_threads()} otherwise)")
 
 
-def plot_sweep(ax, rows: list[dict], x: str, y: str, ylabel: str, reference: str | None = None) -> None:
+def _plot_sweep(ax, rows: list[dict], x: str, y: str, ylabel: str, reference: str | None = None) -> None:
     """One log–log panel: y against x for every layer kind; `reference` draws that column as dashed lines
     scaled to meet the last measured point (the paper's formulas, up to a constant)."""
     for kind in LAYER_KINDS:
@@ -117,18 +126,18 @@ def plot_sweeps(by_n: list[dict], by_d: list[dict], timed: bool = False) -> None
     n_values, d_values = [row["n"] for row in by_n], [row["d"] for row in by_d]
     _, (ax_n, ax_d) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     if timed:
-        plot_sweep(ax_n, by_n, "n", "seconds", "seconds per forward pass", reference="table1")
+        _plot_sweep(ax_n, by_n, "n", "seconds", "seconds per forward pass", reference="table1")
         ax_n.axvspan(min(n_values), d_fixed, color="grey", alpha=0.15)
         ax_n.set_title(f"Time against n (d = {d_fixed}, 1 thread)")
-        plot_sweep(ax_d, by_d, "d", "seconds", "seconds per forward pass", reference="table1")
+        _plot_sweep(ax_d, by_d, "d", "seconds", "seconds per forward pass", reference="table1")
         ax_d.axvspan(n_fixed, max(d_values), color="grey", alpha=0.15)
         ax_d.set_title(f"Time against d (n = {n_fixed}, 1 thread)")
         ax_n.legend(fontsize=8)
         return
-    plot_sweep(ax_n, by_n, "n", "flops", "FLOPs per layer")
+    _plot_sweep(ax_n, by_n, "n", "flops", "FLOPs per layer")
     ax_n.axvspan(min(n_values), d_fixed, color="grey", alpha=0.15, label=f"n < d = {d_fixed}")
     ax_n.set_title(f"FLOPs against n (d = {d_fixed})")
-    plot_sweep(ax_d, by_d, "d", "flops", "FLOPs per layer")
+    _plot_sweep(ax_d, by_d, "d", "flops", "FLOPs per layer")
     ax_d.axvspan(n_fixed, max(d_values), color="grey", alpha=0.15, label=f"n = {n_fixed} < d")
     ax_d.set_title(f"FLOPs against d (n = {n_fixed})")
     ax_n.legend(fontsize=8)

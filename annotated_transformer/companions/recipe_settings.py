@@ -4,7 +4,7 @@ A recipe is a dataclass with two parts, the model's `TransformerConfig` (chapter
 training's `TrainConfig` (chapter 9). On disk (`recipe.json`, and a copy in every checkpoint) it is
 one flat dict of its settings by name. This module turns a recipe into that dict and back
 (`recipe_to_dict`, `recipe_from_dict`; `Recipe.to_dict` and `Recipe.from_dict` call them), reads the
-names of older files (`OLD_NAMES`), refuses a setting no part declares (`refuse_unknown`) and checks
+names of older files (`_OLD_NAMES`), refuses a setting no part declares (`refuse_unknown`) and checks
 the recipe's own fields (`check_recipe`).
 
 The functions take the recipe's class as an argument (`recipe_class`) rather than importing it, so
@@ -24,16 +24,15 @@ from annotated_transformer.model import TransformerConfig, check_types
 from annotated_transformer.tokenization import SPECIALS
 from annotated_transformer.training import TrainConfig
 
-__all__ = ["LEFT_TO_RUN", "OLD_NAMES", "check_recipe", "recipe_from_dict", "recipe_settings_of", "recipe_to_dict",
-           "refuse_unknown"]
+__all__ = ["check_recipe", "recipe_from_dict", "recipe_settings_of", "recipe_to_dict", "refuse_unknown"]
 
 # The fields of the two parts that are not a recipe's settings: the vocabularies give the model its
 # vocabulary sizes and shared embeddings, and the run sets the training's display.
-LEFT_TO_RUN: dict[str, tuple[type, tuple[str, ...]]] = {
+_LEFT_TO_RUN: dict[str, tuple[type, tuple[str, ...]]] = {
     "model": (TransformerConfig, ("src_vocab_size", "tgt_vocab_size", "share_embeddings")),
     "train": (TrainConfig, ("progress", "log_every", "track_grad_norm", "prefetch")),
 }
-OLD_NAMES = {"decoder_layers": "n_decoder_layers"}  # recipe.json before the recipe held its parts
+_OLD_NAMES = {"decoder_layers": "n_decoder_layers"}  # recipe.json before the recipe held its parts
 
 
 def recipe_settings_of(recipe_class: type) -> dict[str, dataclasses.Field]:
@@ -41,8 +40,8 @@ def recipe_settings_of(recipe_class: type) -> dict[str, dataclasses.Field]:
     TransformerConfig or TrainConfig), in `recipe_to_dict`'s order: the parts' settings in their place."""
     settings = {}
     for spec in dataclasses.fields(recipe_class):
-        if spec.name in LEFT_TO_RUN:
-            kind, not_settings = LEFT_TO_RUN[spec.name]
+        if spec.name in _LEFT_TO_RUN:
+            kind, not_settings = _LEFT_TO_RUN[spec.name]
             settings.update((f.name, f) for f in dataclasses.fields(kind) if f.name not in not_settings)
         else:
             settings[spec.name] = spec
@@ -53,7 +52,7 @@ def recipe_to_dict(recipe: Any) -> dict[str, Any]:
     """Every setting of `recipe` by its name, in one flat dict (`recipe.json`, and every checkpoint's)."""
     settings = {}
     for name in recipe_settings_of(type(recipe)):
-        part = next((part for part, (kind, _) in LEFT_TO_RUN.items() if name in kind.__dataclass_fields__),
+        part = next((part for part, (kind, _) in _LEFT_TO_RUN.items() if name in kind.__dataclass_fields__),
                     None)
         settings[name] = getattr(recipe if part is None else getattr(recipe, part), name)
     return settings
@@ -64,10 +63,10 @@ def recipe_from_dict(recipe_class: type, settings: Mapping[str, Any]) -> Any:
     (its old names read as today's; a setting it lacks was added later, and the run used its default)."""
     if not isinstance(settings, Mapping):
         raise ValueError(f"a recipe is a dict of its settings, got {type(settings).__name__}")
-    own = {OLD_NAMES.get(name, name): value for name, value in settings.items()}
+    own = {_OLD_NAMES.get(name, name): value for name, value in settings.items()}
     refuse_unknown(recipe_class, own)
     parts = {part: kind(**{name: own.pop(name) for name in list(own) if name in kind.__dataclass_fields__})
-             for part, (kind, _) in LEFT_TO_RUN.items()}
+             for part, (kind, _) in _LEFT_TO_RUN.items()}
     return recipe_class(**own, **parts)
 
 
@@ -83,7 +82,7 @@ def check_recipe(recipe: Any) -> None:
     """Refuse, naming the field at fault, a recipe whose own fields are wrong: a corpus chapter 12
     lacks, a count below 1, vocabulary pieces no more than the specials, a BPE-dropout outside [0, 1), an
     α that is not finite, a time limit that is not positive, no checkpoints (a run resumes from them),
-    or a part that sets what the run sets (`LEFT_TO_RUN`). The parts checked their own fields when they
+    or a part that sets what the run sets (`_LEFT_TO_RUN`). The parts checked their own fields when they
     were made."""
     check_types(recipe)  # each field's type (a TransformerConfig, a TrainConfig), and `vocab`'s choices
     if recipe.corpus not in CORPORA:
@@ -101,7 +100,7 @@ def check_recipe(recipe: Any) -> None:
         raise field_error("max_minutes", "be positive", recipe.max_minutes, unset_means="no time limit")
     if recipe.train.checkpoint_every < 1:  # a Trainer's 0 means "never"; a run resumes from them
         raise field_error("checkpoint_every", "be at least 1", recipe.train.checkpoint_every)
-    for part, (kind, not_settings) in LEFT_TO_RUN.items():
+    for part, (kind, not_settings) in _LEFT_TO_RUN.items():
         config, defaults = getattr(recipe, part), kind.__dataclass_fields__
         given = [f"{name}={getattr(config, name)!r}" for name in not_settings
                  if getattr(config, name) != defaults[name].default]

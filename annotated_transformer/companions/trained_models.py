@@ -14,7 +14,7 @@ from annotated_transformer.model import Transformer
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
 from annotated_transformer.companions.vocabulary_files import read_vocabularies, vocabularies_sha256
 
-__all__ = ["check_fingerprint", "check_path", "read_run_model"]
+__all__ = ["check_fingerprint", "read_run_model"]
 
 
 def check_fingerprint(vocabs: Vocabularies, expected: str | None, message: str) -> None:
@@ -26,7 +26,7 @@ def check_fingerprint(vocabs: Vocabularies, expected: str | None, message: str) 
         raise VocabularyError(message)
 
 
-def check_path(path: Any, name: str, expected: str, exists: bool = True) -> Path:
+def _check_path(path: Any, name: str, expected: str, exists: bool = True) -> Path:
     """`path` as a Path (that exists, unless told otherwise), or a one-line error: what was
     `expected`, and what came."""
     if not isinstance(path, str | os.PathLike):
@@ -45,9 +45,9 @@ def read_run_model(
     training sentence as `max_source_tokens`). The checkpoint is read with `read_checkpoint` (which
     refuses a damaged file or NaN weights) and the vocabulary must have its fingerprint. A path that
     is not one, or does not exist, is refused by name."""
-    checkpoint = RunDirectory.model_of(check_path(checkpoint, "checkpoint", "a run directory or a .pt file"))
+    checkpoint = RunDirectory.model_of(_check_path(checkpoint, "checkpoint", "a run directory or a .pt file"))
     if vocab is not None:  # its type here; whether it exists, Vocabularies.load says later
-        check_path(vocab, "vocab", "a vocab.json", exists=False)
+        _check_path(vocab, "vocab", "a vocab.json", exists=False)
     if not checkpoint.is_file():  # a run directory whose training has not finished
         raise FileNotFoundError(f"{checkpoint.parent} holds no model.pt yet: finish training (run the same "
                                 f"train command again), or give one of its checkpoints, "

@@ -26,8 +26,14 @@ from annotated_transformer.helpers.input_checks import shown as _shown
 from annotated_transformer.tokenization import Vocabularies, VocabularyError
 
 __all__ = [
-    "UNREADABLE_SHARE", "InputWarning", "TrainingWarning", "TranslationInfo", "batch_warning",
-    "check_scored_texts", "check_scoring_input", "check_source_lengths", "check_vocabulary_sizes",
+    "InputWarning",
+    "TrainingWarning",
+    "TranslationInfo",
+    "batch_warning",
+    "check_scored_texts",
+    "check_scoring_input",
+    "check_source_lengths",
+    "check_vocabulary_sizes",
     "input_warning",
 ]
 
@@ -57,7 +63,7 @@ class InputWarning(UserWarning):
     """Sentences the model cannot read well: mostly unknown tokens, or longer than any it learned."""
 
 
-UNREADABLE_SHARE = 0.5  # a sentence with at least this share of <unk> tokens cannot be translated
+_UNREADABLE_SHARE = 0.5  # a sentence with at least this share of <unk> tokens cannot be translated
 
 
 @dataclass
@@ -75,7 +81,7 @@ class TranslationInfo:
 
     @property
     def unreadable(self) -> bool:
-        return self.unknown_share >= UNREADABLE_SHARE
+        return self.unknown_share >= _UNREADABLE_SHARE
 
 
 def input_warning(infos: Sequence[TranslationInfo], longest: int | None) -> str | None:

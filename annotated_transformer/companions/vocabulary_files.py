@@ -33,32 +33,31 @@ from tokenizers import Tokenizer
 from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.tokenization import BPE, TextEncoder, Vocab, Vocabularies, VocabularyError
 
-__all__ = ["FORMAT", "VERSION", "bpe_from_json", "bpe_to_json", "read_vocabularies", "write_vocabularies",
-           "vocabularies_from_dict", "vocabularies_sha256", "vocabularies_to_dict"]
+__all__ = ["read_vocabularies", "write_vocabularies", "vocabularies_sha256"]
 
-FORMAT = "annotated-transformer-vocabulary"
-VERSION = 1
-
+_FORMAT = "annotated-transformer-vocabulary"
+_VERSION = 1
 
 
-def bpe_to_json(bpe: BPE) -> str:
+
+def _bpe_to_json(bpe: BPE) -> str:
     """A BPE model as the JSON of its Hugging Face tokenizer: vocabulary, merges and settings."""
     return bpe.hf_tokenizer.to_str()
 
 
-def bpe_from_json(text: str) -> BPE:
-    """The BPE model whose JSON `bpe_to_json` wrote."""
+def _bpe_from_json(text: str) -> BPE:
+    """The BPE model whose JSON `_bpe_to_json` wrote."""
     return BPE(Tokenizer.from_str(text))
 
 
-def vocabularies_to_dict(vocabs: Vocabularies) -> dict[str, Any]:
+def _vocabularies_to_dict(vocabs: Vocabularies) -> dict[str, Any]:
     """The contents of the file of `vocabs`, as a JSON object."""
     data: dict[str, Any] = {
-        "format": FORMAT, "version": VERSION, "kind": vocabs.kind,
+        "format": _FORMAT, "version": _VERSION, "kind": vocabs.kind,
         "source_language": vocabs.source.language, "target_language": vocabs.target.language,
     }
     if vocabs.kind == "bpe":
-        data["bpe"] = json.loads(bpe_to_json(vocabs.source.bpe))
+        data["bpe"] = json.loads(_bpe_to_json(vocabs.source.bpe))
     else:
         data["source_tokens"] = vocabs.source.vocab.get_itos()
         data["target_tokens"] = vocabs.target.vocab.get_itos()
@@ -67,27 +66,27 @@ def vocabularies_to_dict(vocabs: Vocabularies) -> dict[str, Any]:
 
 def write_vocabularies(vocabs: Vocabularies, path: str | Path) -> Path:
     """Write the file of `vocabs` to `path`, atomically; the path written."""
-    return atomic_write_text(path, json.dumps(vocabularies_to_dict(vocabs), ensure_ascii=False))
+    return atomic_write_text(path, json.dumps(_vocabularies_to_dict(vocabs), ensure_ascii=False))
 
 
 def vocabularies_sha256(vocabs: Vocabularies) -> str:
     """A fingerprint of the contents of `vocabs`, whatever the order of the file's keys."""
-    text = json.dumps(vocabularies_to_dict(vocabs), ensure_ascii=False, sort_keys=True)
+    text = json.dumps(_vocabularies_to_dict(vocabs), ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def vocabularies_from_dict(data: dict[str, Any], path: str | Path) -> Vocabularies:
-    """The vocabularies a file's contents `data` describe (checked: `FORMAT` and `VERSION`); every
+def _vocabularies_from_dict(data: dict[str, Any], path: str | Path) -> Vocabularies:
+    """The vocabularies a file's contents `data` describe (checked: `_FORMAT` and `_VERSION`); every
     error names the file, `path`."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise VocabularyError(f"{path} is not an annotated-transformer vocabulary file")
-    if data.get("version") != VERSION:
+    if data.get("version") != _VERSION:
         raise VocabularyError(f"{path} has vocabulary format version {data.get('version')}; "
-                              f"this package reads version {VERSION}")
+                              f"this package reads version {_VERSION}")
     try:
         source, target = data["source_language"], data["target_language"]
         if data["kind"] == "bpe":
-            bpe = bpe_from_json(json.dumps(data["bpe"]))
+            bpe = _bpe_from_json(json.dumps(data["bpe"]))
             return Vocabularies(TextEncoder(source, bpe=bpe), TextEncoder(target, bpe=bpe))
         if data["kind"] == "word":
             return Vocabularies(TextEncoder(source, vocab=Vocab(data["source_tokens"])),
@@ -108,5 +107,5 @@ def read_vocabularies(path: str | Path) -> Vocabularies:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise VocabularyError(f"{path} is not a vocabulary file (not valid JSON: {error})") from error
-    return vocabularies_from_dict(data, path)
+    return _vocabularies_from_dict(data, path)
 

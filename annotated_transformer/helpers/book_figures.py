@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["glue", "glue_all", "glue_text", "glue_verdicts", "one_word", "recipe_seed_sd", "result"]
+__all__ = ["glue", "glue_all", "glue_text", "glue_verdicts", "recipe_seed_sd", "result"]
 
 
 def result(name: str) -> Any:
@@ -64,7 +64,7 @@ def recipe_seed_sd() -> float:
     return statistics.stdev(run["val"] for run in result("multi30k_seeds.json")["runs"])
 
 
-def one_word(words: Iterable[str]) -> str:
+def _one_word(words: Iterable[str]) -> str:
     """The verdict of several comparisons: their one word when they agree, else each word, as
     "mixed (better, tie)"."""
     distinct = sorted(set(words))
@@ -74,9 +74,9 @@ def one_word(words: Iterable[str]) -> str:
 def glue_verdicts(judge: Callable[..., Any], comparisons: Mapping[str, Iterable[tuple[float, float]]],
                   noise: float | None = None) -> None:
     """Glue, as the figure of each name, the rule's word on its comparisons of single runs, each
-    (ours, theirs): `judge([ours], [theirs], noise=noise).word`, one word for all (`one_word`).
+    (ours, theirs): `judge([ours], [theirs], noise=noise).word`, one word for all (`_one_word`).
     `judge` is the rule (helpers/verdicts.py, passed in: a leaf helper imports no other); `noise`
     is s, the seeds' standard deviation (`recipe_seed_sd()` unless given)."""
     noise = recipe_seed_sd() if noise is None else noise
     for name, pairs in comparisons.items():
-        glue(name, one_word(judge([ours], [theirs], noise=noise).word for ours, theirs in pairs))
+        glue(name, _one_word(judge([ours], [theirs], noise=noise).word for ours, theirs in pairs))

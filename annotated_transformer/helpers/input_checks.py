@@ -21,7 +21,7 @@ import reprlib
 from collections.abc import Callable, Iterable, Mapping, Set
 from typing import Any
 
-__all__ = ["check_count", "check_list", "check_pairs", "check_text", "check_texts", "is_pair", "shown"]
+__all__ = ["check_count", "check_pairs", "check_text", "check_texts", "shown"]
 
 _SHORT = reprlib.Repr()  # how a message shows a value: long strings and lists cut short, on one line
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxtuple = 60, 60, 4, 4
@@ -35,7 +35,7 @@ def shown(value: Any) -> str:
     return text if says_its_type else f"{text} ({type(value).__name__})"
 
 
-def check_list(values: Any, name: str, expected: str, fits: Callable[[Any], bool], one: str | None) -> list:
+def _check_list(values: Any, name: str, expected: str, fits: Callable[[Any], bool], one: str | None) -> list:
     """`values` (any iterable but a string, a mapping or a set) as a list whose every item `fits`.
 
     Otherwise a one-line error that names the argument `name`, what was `expected` and what came:
@@ -57,7 +57,7 @@ def check_list(values: Any, name: str, expected: str, fits: Callable[[Any], bool
 def check_texts(texts: Any, name: str = "texts", expected: str = "a list of strings",
                 one: str | None = None) -> list[str]:
     """Sentences: a list (or any other iterable, in order) of strings."""
-    return check_list(texts, name, expected, lambda text: isinstance(text, str), one)
+    return _check_list(texts, name, expected, lambda text: isinstance(text, str), one)
 
 
 def check_text(text: Any, name: str = "text") -> str:
@@ -67,7 +67,7 @@ def check_text(text: Any, name: str = "text") -> str:
     return text
 
 
-def is_pair(pair: Any) -> bool:
+def _is_pair(pair: Any) -> bool:
     """Whether `pair` is a sentence pair: a tuple or list of two strings."""
     return (isinstance(pair, tuple | list) and len(pair) == 2
             and isinstance(pair[0], str) and isinstance(pair[1], str))
@@ -77,7 +77,7 @@ def check_pairs(pairs: Any, name: str = "pairs", roles: str = "(source, target)"
                 one: str | None = None) -> list[tuple[str, str]]:
     """Sentence pairs: a list of (source, target) pairs of two strings each; `roles` names the two
     sides in the message, e.g. "(source, reference)"."""
-    return check_list(pairs, name, f"a list of {roles} pairs of strings", is_pair, one)
+    return _check_list(pairs, name, f"a list of {roles} pairs of strings", _is_pair, one)
 
 
 def check_count(value: Any, name: str, at_least: int = 1) -> int:

@@ -4,11 +4,11 @@ shrink their training to seconds (chapter 9)."""
 
 import os
 
-__all__ = ["QUICK_ENV", "quick_mode"]
+__all__ = ["quick_mode"]
 
-QUICK_ENV = "ANNOTATED_TRANSFORMER_QUICK"
+_QUICK_ENV = "ANNOTATED_TRANSFORMER_QUICK"
 
 
 def quick_mode() -> bool:
     """True when the environment variable ANNOTATED_TRANSFORMER_QUICK is 1/true/yes/on (CI sets it)."""
-    return os.environ.get(QUICK_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get(_QUICK_ENV, "").strip().lower() in ("1", "true", "yes", "on")

@@ -9,7 +9,7 @@ and the 30-minute runs grouped by machine), and the scores each choice of the re
 
 from __future__ import annotations
 
-__all__ = ["choice_evidence", "machine", "print_runs", "print_search_tables"]
+__all__ = ["choice_evidence", "machine", "print_search_tables"]
 
 RUN_COLUMNS = [("steps", 6), ("minutes", 9), ("greedy, last", 14), ("beam, last", 12), ("beam, avg 3", 13),
                ("α", 5)]
@@ -26,7 +26,7 @@ def _options(row: dict) -> dict[str, str]:  # flag -> value; a flag given twice 
     return dict(zip(row["options"][::2], row["options"][1::2], strict=True))
 
 
-def print_runs(title: str, runs: dict) -> None:
+def _print_runs(title: str, runs: dict) -> None:
     """One row per run: the options that differ between the runs, then the scores."""
     names = {name: name.split(" on ")[0] for name in runs}
     flags = {name: _options(row) for name, row in runs.items()}
@@ -72,8 +72,8 @@ def print_search_tables(search: dict) -> None:
                 print(f"  {run:<48}train {split['train']:.3f}  val {split['val']:.3f}")
     for cpu in dict.fromkeys(map(machine, search["30-minute runs"].values())):
         runs = {name: row for name, row in search["30-minute runs"].items() if machine(row) == cpu}
-        print_runs(f"30-minute runs on two cores of an {cpu}, val BLEU:", runs)
-    print_runs("Changes to cooldown-0.32 at its 2,500 steps (one core each, minutes not comparable), val BLEU:",
+        _print_runs(f"30-minute runs on two cores of an {cpu}, val BLEU:", runs)
+    _print_runs("Changes to cooldown-0.32 at its 2,500 steps (one core each, minutes not comparable), val BLEU:",
                search["cooldown stage"])
 
 

@@ -31,10 +31,10 @@ from annotated_transformer.runs.translation import train_translation
 from annotated_transformer.runs.translation_files import load_vocabularies
 from annotated_transformer.variations import Scale, Variant, rows_of
 
-__all__ = ["prepare_vocabulary", "run_variants", "results_table", "plot_variations"]
+__all__ = ["run_variants", "results_table", "plot_variations"]
 
 
-def prepare_vocabulary(base: Recipe, out_dir: Path, corpus_options: dict | None = None) -> None:
+def _prepare_vocabulary(base: Recipe, out_dir: Path, corpus_options: dict | None = None) -> None:
     """Build the experiment's vocabulary and encoded training set once, in `out_dir`: every
     variant shares them (none of Table 3's rows changes the vocabulary)."""
     train_pairs = corpus(base.corpus, "train", **(corpus_options or {}))
@@ -135,7 +135,7 @@ def run_variants(
     out_dir.mkdir(parents=True, exist_ok=True)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    prepare_vocabulary(scale.base, out_dir, corpus_options)
+    _prepare_vocabulary(scale.base, out_dir, corpus_options)
     jobs = [(variant, scale, out_dir, device, corpus_options) for variant in variants]
     results: list[dict | None] = [None] * len(jobs)
 

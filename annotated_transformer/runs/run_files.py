@@ -12,7 +12,6 @@ __all__ = [
     "open_run",
     "peek_extra",
     "read_history",
-    "read_json",
     "read_recipe",
     "recipe_copy",
     "record_data_dir",
@@ -59,7 +58,7 @@ class Run(RunDirectory):
         self.settings = settings
 
 
-def read_json(path: Path) -> Any:
+def _read_json(path: Path) -> Any:
     """The JSON a run file holds; ValueError naming the file when it cannot be read or parsed."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -134,7 +133,7 @@ def _check_recipe(run_dir: Path, recipe: dict, saved: dict, upgrade: _Upgrade | 
 
 def read_recipe(path: Path) -> dict:
     """A run's recipe.json; ValueError naming the file when it cannot be read or holds no recipe."""
-    recipe = read_json(path)
+    recipe = _read_json(path)
     if not isinstance(recipe, dict):
         raise ValueError(f"{path} is damaged (it holds no recipe)")
     return recipe
@@ -316,7 +315,7 @@ def read_history(path: str | Path) -> list[dict]:
     path = RunDirectory(path).history if Path(path).is_dir() else Path(path)
     if not path.exists():
         raise ValueError(f"{path} does not exist: the run has not trained yet")
-    records = read_json(path)
+    records = _read_json(path)
     if not (isinstance(records, list) and all(_is_record(record) for record in records)):
         raise ValueError(f"{path} is damaged (it holds no list of step records)")
     return records
@@ -387,7 +386,7 @@ class RunHistory:
 def _read_run_info(run_dir: str | Path) -> dict:
     """The run's run.json (`{"data_dir": ...}`): {} when it is missing or damaged."""
     try:
-        info = read_json(RunDirectory(run_dir).info)
+        info = _read_json(RunDirectory(run_dir).info)
     except ValueError:
         return {}
     return info if isinstance(info, dict) else {}
@@ -412,7 +411,7 @@ def record_hardware(run_dir: str | Path, device: torch.device, world_size: int) 
     path = RunDirectory(run_dir).hardware
     if path.exists():
         try:
-            return read_json(path)
+            return _read_json(path)
         except ValueError as error:
             note(f"{error}; written again, for this machine")
     info = describe_hardware(device, world_size)
