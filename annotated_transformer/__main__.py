@@ -1,5 +1,5 @@
 """The complete command line, `python -m annotated_transformer` (chapter 19 adds its last experiment):
-the commands of chapter 16, and the `experiment` command of chapter 18 (`cli.experiments`) with the
+the commands of chapter 16, and the `experiment` command of chapter 18 (`cli.experiment_command`) with the
 experiments of chapters 18 and 19."""
 
 import functools
@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from annotated_transformer.cli import commands as cli
-from annotated_transformer.cli.experiments import add_experiment_command
+from annotated_transformer.cli.experiment_command import add_experiment_command
 from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.variations import table3_variants
 

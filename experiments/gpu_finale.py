@@ -87,9 +87,9 @@ from annotated_transformer.helpers.files import atomic_save, atomic_write, atomi
 from annotated_transformer.layer_norm import layer_norm_variants
 from annotated_transformer.model import Transformer, TransformerConfig, count_parameters
 from annotated_transformer.recipes import Recipe, get_recipe
-from annotated_transformer.runs.experiments import run_variants
 from annotated_transformer.runs.run_files import read_history
 from annotated_transformer.runs.translation import train_translation
+from annotated_transformer.runs.variant_runs import run_variants
 from annotated_transformer.translator import InputWarning, Translator, Validator, evaluate_bleu
 from annotated_transformer.variations import SCALES, Variant, table3_variants, with_seeds
 

@@ -26,7 +26,7 @@ nbformat = pytest.importorskip("nbformat", reason="reads the book's notebooks: a
 import annotated_transformer  # noqa: E402
 from annotated_transformer.__main__ import _EXPERIMENTS  # noqa: E402
 from annotated_transformer.cli.commands import build_parser  # noqa: E402
-from annotated_transformer.cli.experiments import add_experiment_command  # noqa: E402
+from annotated_transformer.cli.experiment_command import add_experiment_command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))

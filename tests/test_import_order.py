@@ -60,11 +60,11 @@ HAND_WRITTEN_CHAPTERS = {
     "runs.bookkeeping": 14,
     "runs.translation_files": 14,
     "runs.pretrained": 14,
-    "runs.experiments": 18,
+    "runs.variant_runs": 18,
     "cli.commands": 16,
     "cli.command_files": 16,
     "cli.recipe_options": 16,
-    "cli.experiments": 18,
+    "cli.experiment_command": 18,
     "__main__": 19,
 }
 
@@ -228,7 +228,7 @@ def test_an_import_through_the_root_counts_as_one_of_the_defining_module(tmp_pat
 
 
 def test_chapter_order_is_checked_in_the_run_layer():
-    graph = {"runs.long_run": {"runs.translation"}, "cli.commands": {"runs.experiments"}}
+    graph = {"runs.long_run": {"runs.translation"}, "cli.commands": {"runs.variant_runs"}}
     later = later_chapter_imports(graph, chapter_of_modules())
     assert len(later) == 2, later
 

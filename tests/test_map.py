@@ -68,7 +68,9 @@ def test_a_name_that_exists_resolves(name):
                                   "annotated_transformer.run_directory",
                                   "annotated_transformer.runs.run_directory",
                                   "annotated_transformer.companions.run_layout",
-                                  "annotated_transformer.files"])
+                                  "annotated_transformer.files",
+                                  "annotated_transformer.runs.experiments",
+                                  "annotated_transformer.cli.experiments"])
 def test_a_name_that_moved_does_not(name):
     assert not resolves(name)
 

@@ -11,8 +11,8 @@ import pytest
 from annotated_transformer import variations
 from annotated_transformer.model import TransformerConfig, config_parameter_count
 from annotated_transformer.recipes import Recipe, get_recipe
-from annotated_transformer.runs import experiments
-from annotated_transformer.runs.experiments import results_table, run_variants
+from annotated_transformer.runs import variant_runs
+from annotated_transformer.runs.variant_runs import results_table, run_variants
 from annotated_transformer.training import TrainConfig
 from annotated_transformer.variations import (
     SCALES,
@@ -45,7 +45,7 @@ TINY = Scale(
 def prepared(tmp_path_factory):
     """The tiny scale's vocabulary and encoded corpus, built once (run_variants reuses what it finds)."""
     folder = tmp_path_factory.mktemp("prepared")
-    experiments._prepare_vocabulary(TINY.base, folder)
+    variant_runs._prepare_vocabulary(TINY.base, folder)
     return folder
 
 
@@ -237,7 +237,7 @@ def test_run_variants_trains_scores_and_reads_finished_runs_back(prepared, tmp_p
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(experiments, "train_translation", no_training)
+    monkeypatch.setattr(variant_runs, "train_translation", no_training)
     again = run_variants(variants, TINY, tmp_path, log=None, results_file="again.json")
     assert again == results
 
@@ -285,5 +285,5 @@ def test_a_result_saved_before_a_recipe_field_existed_is_read_back(prepared, tmp
     saved["recipe"]["decoder_layers"] = saved["recipe"].pop("n_decoder_layers")  # and its old name
     result_path.write_text(json.dumps(saved))
     trained_again = lambda *args, **kwargs: pytest.fail("trained again")
-    monkeypatch.setattr(experiments, "train_translation", trained_again)
+    monkeypatch.setattr(variant_runs, "train_translation", trained_again)
     assert run_variants(variants, TINY, tmp_path, log=None)[0]["val_ppl"] == first["val_ppl"]

@@ -3,6 +3,6 @@
 - `commands`: the commands and their options (`build_parser`, `main`).
 - `recipe_options`: a recipe's settings as options of `train`.
 - `command_files`: the files a command reads and writes.
-- `experiments` (chapter 18): the `experiment` command, the variants of an experiment trained from a
+- `experiment_command` (chapter 18): the `experiment` command, the variants of an experiment trained from a
   shell; the package's `__main__` (chapter 19) adds it to the commands.
 """

@@ -8,7 +8,7 @@
   `bookkeeping`: what its session keeps besides the training (`RunBookkeeping`: device, rank, lock,
   recipe, fingerprints, warnings, the finish); `translation_files`: the run's vocabularies
   (`load_vocabularies`) and what it leaves (`TrainingRun`).
-- `experiments` (chapter 18): `run_variants`, the variants of an experiment as runs, and their results
+- `variant_runs` (chapter 18): `run_variants`, the variants of an experiment as runs, and their results
   as a table (`results_table`) and a figure (`plot_variations`).
 - `fingerprints`: what every checkpoint of a run records about it, and the vocabulary checks of a run.
 - `pretrained`: the translators that ship with the package.

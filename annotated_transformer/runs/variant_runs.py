@@ -4,7 +4,7 @@ scored, read back, and the results shown as a table and a figure beside the pape
 `run_variants(variants, scale, out_dir)` trains and scores every variant (`_run_variant`), `workers` at
 a time, and writes the results to one JSON file; `results_table` writes them as a Markdown table,
 `plot_variations` as a figure. Chapter 19 runs its own experiment through the same function, and the
-command line's `experiment` command (`cli.experiments`) runs both from a shell.
+command line's `experiment` command (`cli.experiment_command`) runs both from a shell.
 """
 
 import json

@@ -9,7 +9,7 @@ from pathlib import Path
 from annotated_transformer.cli import commands as cli
 from annotated_transformer.companions.hardware import check_device
 from annotated_transformer.recipes import Recipe
-from annotated_transformer.runs.experiments import results_table, run_variants
+from annotated_transformer.runs.variant_runs import results_table, run_variants
 from annotated_transformer.variations import SCALES, Variant, with_seeds
 
 __all__ = ["add_experiment_command"]
