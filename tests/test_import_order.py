@@ -31,6 +31,7 @@ LAYERS = ("helpers", "paper", "runs", "cli")
 # The chapter each companion sits beside (its docstring says so too).
 COMPANION_CHAPTERS = {
     "companions.chunked_loss": 8,
+    "companions.seed_noise": 8,
     "companions.schedule_explorer": 7,
     "companions.training_checks": 9,
     "companions.hardware": 9,

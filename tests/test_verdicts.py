@@ -1,165 +1,199 @@
 """The rule for "better" (annotated_transformer/helpers/verdicts.py) at the values where a wrong rule
 would answer differently.
 
-Each test is sized so that a plausible wrong implementation gives another word: ≥ for "beyond", a
-threshold without √2, the standard deviation for the standard error, the sign test left out, the
-population standard deviation for the sample's, a metric where lower is better read as higher, the
-single-run threshold for means of several seeds. Each of those bugs was planted once in the module
-and failed the test named in its comment.
+The heart of it is a simulation: under no difference, with normal seed noise, the rule says
+"better" or "worse" at the rate it states (LEVEL), for 2 to 6 seeds, paired and unpaired, and its
+power under a true difference is reported. A rule with a hand-written constant (2 standard errors),
+degrees of freedom off by one, or the population standard deviation for the sample's leaves that
+rate; each was planted once and failed `test_the_false_positive_rate_is_the_stated_level`.
 """
 
 import doctest
 import math
+import random
+import statistics
 
 import pytest
+from scipy import stats
 
 from annotated_transformer.helpers import verdicts
 from annotated_transformer.helpers.verdicts import (
+    DECODINGS,
+    LEVEL,
     PAIRED,
     SEED_MEANS,
     SINGLE_RUNS,
+    Noise,
     Verdict,
+    holm,
     judge,
     judge_against_control,
+    judge_decodings,
+    noise_of,
 )
 
-THRESHOLD = 2 * math.sqrt(2)  # 2·√2·s for s = 1, the float the rule computes
+SCALE = "a scale"
+UNIT = Noise(1.0, 4, SCALE, 5)  # s = 1 on 4 degrees of freedom
+TRIALS = 20_000  # simulated experiments per case: the rate's standard error is √(0.05·0.95/20000) ≈ 0.0015
 
 
-def test_a_margin_exactly_at_the_threshold_is_a_tie():
-    """"Beyond" is strict (a bug: >= for >)."""
-    at = judge([THRESHOLD], [0.0], noise=1.0)
-    assert (at.word, at.margin, at.threshold) == ("tie", THRESHOLD, THRESHOLD)
-    assert (at.rule, at.n) == (SINGLE_RUNS, (1, 1))
-    assert judge([0.0], [THRESHOLD], noise=1.0).word == "tie"
+def simulated_rate(n: int, paired: bool, shift: float, rng: random.Random) -> float:
+    """How often `judge` says better or worse when ours is theirs + shift, seed noise 1."""
+    hits = 0
+    for _ in range(TRIALS):
+        theirs = [rng.gauss(0, 1) for _ in range(n)]
+        if paired:  # the same seeds' runs share most of their noise; the difference carries some
+            ours = [t + shift + rng.gauss(0, 1) for t in theirs]
+        else:
+            ours = [rng.gauss(shift, 1) for _ in range(n)]
+        hits += judge(ours, theirs, paired=paired).word != "tie"
+    return hits / TRIALS
 
 
-def test_a_margin_just_beyond_the_threshold_decides():
-    above = math.nextafter(THRESHOLD, math.inf)
-    assert judge([above], [0.0], noise=1.0).word == "better"
-    assert judge([0.0], [above], noise=1.0).word == "worse"
+@pytest.mark.parametrize("paired", [True, False], ids=["paired", "unpaired"])
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+def test_the_false_positive_rate_is_the_stated_level(n, paired):
+    """Under no difference the rule's rate of "better" or "worse" is LEVEL, to simulation error
+    (4 standard errors either side: a rule at 2 standard errors on 2 degrees of freedom says so 18%
+    of the time, one with n degrees of freedom for n - 1 about 10% at n = 2)."""
+    rate = simulated_rate(n, paired, 0.0, random.Random(n * 2 + paired))
+    tolerance = 4 * math.sqrt(LEVEL * (1 - LEVEL) / TRIALS)
+    assert abs(rate - LEVEL) < tolerance, f"{rate:.4f} with {n} seeds ({'paired' if paired else 'unpaired'})"
 
 
-def test_single_runs_differ_by_sqrt_two_noises():
-    """R-Drop at α = 5 against the recipe, seed 0: -2.35 is within 2·√2·0.85 = 2.40 but beyond
-    2·0.85 = 1.70 (a bug: the √2 left out) and beyond √2·0.85 = 1.20 (a bug: the 2 left out)."""
-    verdict = judge([40.15], [42.50], noise=0.85)
-    assert verdict.word == "tie"
-    assert verdict.threshold == pytest.approx(2.404, abs=1e-3)
-    assert verdict.margin == pytest.approx(-2.35)
+@pytest.mark.parametrize("n", [3, 6])
+def test_the_power_under_a_true_difference(n, capsys):
+    """Its power at a true difference of two seed standard deviations, reported, and checked
+    against the t distribution's own (noncentral t) to simulation error."""
+    rate = simulated_rate(n, False, 2.0, random.Random(100 + n))
+    dof, shift = 2 * n - 2, 2.0 / math.sqrt(2 / n)
+    critical = stats.t.ppf(1 - LEVEL / 2, dof)
+    expected = stats.nct.sf(critical, dof, shift) + stats.nct.cdf(-critical, dof, shift)
+    with capsys.disabled():
+        print(f"\npower at a difference of 2 s, {n} seeds a side, unpaired: {rate:.3f} "
+              f"(theory {expected:.3f})")
+    assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / TRIALS)
 
 
-def test_paired_scores_are_judged_by_the_standard_error():
-    """BPE-dropout against the recipe on seeds 0, 1, 2: differences -2.34, -1.45, -0.61, a mean of
-    -1.47 beyond 2·SE = 1.00 but within 2·SD = 1.73 (a bug: SD for SE)."""
-    verdict = judge([40.16, 40.27, 40.20], [42.50, 41.72, 40.81], paired=True)
-    assert (verdict.word, verdict.rule, verdict.n) == ("worse", PAIRED, (3, 3))
-    assert verdict.margin == pytest.approx(-1.4667, abs=1e-4)
-    assert verdict.threshold == pytest.approx(0.999, abs=1e-3)
+def test_the_paired_test_is_student_t_on_the_differences():
+    """The p-value and threshold are scipy's paired t-test's, on n - 1 degrees of freedom."""
+    ours, theirs = [41.96, 42.50, 42.06], [41.38, 41.77, 41.52]
+    verdict = judge(ours, theirs, paired=True)
+    reference = stats.ttest_rel(ours, theirs)
+    assert verdict.p == pytest.approx(reference.pvalue, rel=1e-9)
+    assert verdict.dof == 2 and verdict.rule == PAIRED and verdict.word == "better"
+    differences = [a - b for a, b in zip(ours, theirs, strict=True)]
+    standard_error = statistics.stdev(differences) / math.sqrt(3)
+    assert verdict.threshold == pytest.approx(stats.t.ppf(0.975, 2) * standard_error)
 
 
-def test_a_paired_mean_beyond_two_se_with_one_seed_of_the_other_sign_is_a_tie():
-    """Differences 3, 3, 3, -0.5: a mean of 2.125 beyond 2·SE = 1.75, but one seed went the other
-    way (a bug: the sign test left out)."""
-    verdict = judge([3.0, 3.0, 3.0, -0.5], [0.0, 0.0, 0.0, 0.0], paired=True)
-    assert verdict.margin > verdict.threshold == pytest.approx(1.75)
-    assert verdict.word == "tie"
-    assert judge([0.0] * 4, [3.0, 3.0, 3.0, -0.5], paired=True).word == "tie"  # and for "worse"
-    # A seed with no difference has no sign either.
-    assert judge([1.0, 2.0, 3.0, 0.0], [0.0] * 4, paired=True).word == "tie"
+def test_the_unpaired_test_is_student_t_with_pooled_noise():
+    ours, theirs = [40.16, 40.27, 40.20, 40.3], [42.50, 41.72, 40.81]
+    verdict = judge(ours, theirs)
+    reference = stats.ttest_ind(ours, theirs, equal_var=True)
+    assert verdict.p == pytest.approx(reference.pvalue, rel=1e-9)
+    assert (verdict.dof, verdict.rule, verdict.word) == (5, SEED_MEANS, "worse")
 
 
-def test_a_paired_mean_beyond_two_se_on_every_seed_decides():
-    """Differences 1, 2, 3: a mean of 2 beyond 2·SE = 1.15, and exactly 2·SD (a bug: SD for SE)."""
-    assert judge([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], paired=True).word == "better"
-    assert judge([0.0, 0.0, 0.0], [1.0, 2.0, 3.0], paired=True).word == "worse"
+def test_single_runs_take_the_noise_record_and_its_degrees_of_freedom():
+    """The threshold is t(0.975, dof of the noise)·√2·s: 2.776·√2 for 4 degrees of freedom, so a
+    margin of 3.9 is a tie there and a difference with 40 degrees of freedom (t = 2.021) is not."""
+    assert judge([3.9], [0.0], noise=UNIT, scale=SCALE).word == "tie"
+    assert judge([3.9], [0.0], noise=Noise(1.0, 40, SCALE, 41), scale=SCALE).word == "better"
+    verdict = judge([0.0], [3.9], noise=UNIT, scale=SCALE)
+    assert verdict.rule == SINGLE_RUNS and verdict.dof == 4
+    assert verdict.threshold == pytest.approx(stats.t.ppf(0.975, 4) * math.sqrt(2))
 
 
-def test_pairing_is_seed_by_seed():
-    """The same scores unpaired are a tie: the seeds' spread hides what pairing removes (a bug:
-    paired=True ignored)."""
-    ours, theirs = [41.0, 43.0, 45.0], [40.5, 42.4, 44.6]
-    assert judge(ours, theirs, paired=True).word == "better"
-    assert judge(ours, theirs).word == "tie"
-
-
-def test_lower_is_better_for_perplexity():
-    """A perplexity of 40 against 45 is better (a bug: higher_is_better ignored, or the sign of the
-    margin left as ours minus theirs)."""
-    verdict = judge([40.0], [45.0], noise=1.0, higher_is_better=False)
-    assert (verdict.word, verdict.margin) == ("better", 5.0)
-    assert judge([45.0], [40.0], noise=1.0, higher_is_better=False).word == "worse"
+def test_a_metric_where_lower_is_better():
+    assert judge([40.0], [45.0], noise=UNIT, scale=SCALE, higher_is_better=False).word == "better"
+    assert judge([45.0], [40.0], noise=UNIT, scale=SCALE, higher_is_better=False).word == "worse"
     paired = judge([40.0, 41.0, 43.0], [45.0, 47.0, 48.0], paired=True, higher_is_better=False)
-    assert (paired.word, paired.margin) == ("better", pytest.approx(16 / 3))
+    assert paired.word == "better" and paired.margin == pytest.approx(16 / 3)
 
 
-def test_the_noise_of_seeds_is_their_pooled_sample_standard_deviation():
-    """theirs = 0 and 2 (sample sd √2, population sd 1), ours one run of 4: a margin of 3 within
-    2·√2·√(1 + 1/2) = 3.46, beyond 2·1·√1.5 = 2.45 (a bug: the population sd)."""
-    verdict = judge([4.0], [0.0, 2.0])
-    assert (verdict.word, verdict.rule, verdict.n) == ("tie", SEED_MEANS, (1, 2))
-    assert verdict.threshold == pytest.approx(2 * math.sqrt(3))
-    # Pooled over both groups, each with its own mean: variances 2 and 8 on 1 degree of freedom each.
-    assert judge([10.0, 14.0], [0.0, 2.0]).threshold == pytest.approx(2 * math.sqrt(5) * 1)
+def test_the_noise_is_pooled_over_rows_with_their_degrees_of_freedom():
+    rows = [[1.0, 2.0, 3.0], [10.0, 14.0], [7.0]]  # variances 1 (2 dof) and 8 (1 dof); one run: none
+    noise = noise_of(rows, scale=SCALE)
+    assert noise.sd == pytest.approx(math.sqrt((2 * 1 + 1 * 8) / 3))
+    assert (noise.dof, noise.runs, noise.scale) == (3, 5, SCALE)
 
 
-def test_means_of_seeds_need_less_than_single_runs():
-    """Three seeds each with s = 1: the means differ by noise of √(2/3), so a margin of 2 is beyond
-    2·√(2/3) = 1.63 but within the single runs' 2.83 (a bug: 2·√2·s whatever the number of runs)."""
-    verdict = judge([2.0, 2.0, 2.0], [0.0, 0.0, 0.0], noise=1.0)
-    assert (verdict.word, verdict.threshold) == ("better", pytest.approx(2 * math.sqrt(2 / 3)))
+def test_noise_from_another_scale_is_refused():
+    with pytest.raises(ValueError, match="at scale 'other' and the noise was measured at 'a scale'"):
+        judge([1.0], [0.0], noise=UNIT, scale="other")
+    with pytest.raises(TypeError, match="noise must be a Noise record"):
+        judge([1.0], [0.0], noise=0.85, scale=SCALE)
 
 
-def test_a_treatment_is_paired_with_the_controls_runs_of_its_seeds():
-    """Seeds only one side ran are left out, and the pairs follow the seeds, not the order given: the
-    treatment leads on seeds 0 and 2 by 1.0 and 1.2 (better); paired in the order given it would
-    lead by 2.0 and 0.2 (a tie)."""
-    control = {2: 40.0, 0: 41.0, 1: 39.0}
+def test_a_control_of_two_or_more_seeds_is_paired():
+    control = {0: 41.38, 1: 41.77, 2: 41.52}
     verdict = judge_against_control({0: 42.0, 2: 41.2, 7: 30.0}, control)
-    assert (verdict.word, verdict.rule, verdict.n) == ("better", PAIRED, (2, 2))
-    assert verdict.margin == pytest.approx(1.1)
+    assert verdict.rule == PAIRED and verdict.n == (2, 2)  # seed 7 left out
+    one = judge_against_control({0: 42.5}, control)
+    assert one.rule == SINGLE_RUNS and one.dof == 2  # the control's own seeds, 2 dof
+    pooled = Noise(0.2, 6, "levers", 10)
+    assert judge_against_control({0: 42.5}, control, noise=pooled, scale="levers").dof == 6
 
 
-def test_one_seed_is_judged_against_the_controls_seed_noise():
-    """One shared seed: single runs, s the control's sample standard deviation over all its seeds
-    (1.0 here), so 2·√2 = 2.83 decides; the other seeds' scores do not enter the margin."""
-    control = {0: 41.0, 1: 40.0, 2: 42.0}
-    tie = judge_against_control({0: 43.8}, control)
-    assert (tie.word, tie.rule, tie.n) == ("tie", SINGLE_RUNS, (1, 1))
-    assert tie.threshold == pytest.approx(2 * math.sqrt(2))
-    assert judge_against_control({0: 43.9}, control).word == "better"
+def test_decodings_of_one_model_are_paired_over_sentences():
+    """sacreBLEU's approximate randomization: a system that gets every sentence right beats one that
+    gets half of them wrong; two with the same error rate on other sentences tie."""
+    references = [f"a dog number {i} runs on the green grass" for i in range(40)]
+    broken = [ref if i % 2 else "a cat sits" for i, ref in enumerate(references)]
+    better = judge_decodings(references, broken, references, trials=200)
+    assert (better.word, better.rule, better.n) == ("better", DECODINGS, (40, 40)) and better.p < LEVEL
+    assert judge_decodings(broken, references, references, trials=200).word == "worse"
+    rng = random.Random(0)  # two systems with the same error rate, on other sentences: a tie
+    one, other = ([ref if rng.random() < 0.8 else ref.replace("green", "brown") for ref in references]
+                  for _ in range(2))
+    assert judge_decodings(one, other, references, trials=1000).word == "tie"
+    with pytest.raises(ValueError, match="one hypothesis a reference each"):
+        judge_decodings(references[:3], references, references)
 
 
-@pytest.mark.parametrize("ours, control, message", [
-    ({5: 40.0}, {0: 41.0, 1: 40.0}, "no seed both ran"),
-    ({0: 40.0}, {0: 41.0}, "the control ran one seed"),
-    ({0: 40.0}, {0: 41.0, 1: 41.0}, "the control's seeds do not vary"),
-])
-def test_a_treatment_the_control_cannot_judge_is_refused(ours, control, message):
-    with pytest.raises(ValueError, match=message):
-        judge_against_control(ours, control)
+def test_holm_keeps_only_what_its_step_down_allows():
+    """p = 0.01, 0.03, 0.04 in a family of 3: 0.01 < 0.05/3 is kept; 0.03 ≥ 0.05/2 stops the rest,
+    though 0.04 alone is below 0.05."""
+    family = [Verdict("better", 1.0, 0.5, PAIRED, (3, 3), p) for p in (0.04, 0.01, 0.03)]
+    assert [v.word for v in holm(family)] == ["tie", "better", "tie"]
+    family = [Verdict("worse", -1.0, 0.5, PAIRED, (3, 3), p) for p in (0.012, 0.02, 0.03)]
+    # 0.012 < 0.0167, 0.02 < 0.025, 0.03 < 0.05: every one kept
+    assert [v.word for v in holm(family)] == ["worse", "worse", "worse"]
 
 
-def test_single_runs_without_noise_are_refused():
-    with pytest.raises(ValueError, match="single runs need noise="):
-        judge([41.0], [40.0])
+def test_holm_agrees_with_the_textbook_adjusted_p_values():
+    """Holm's adjusted p: max over the sorted prefix of (m - k)·p, capped at 1; a verdict kept is one
+    whose adjusted p is below the level."""
+    rng = random.Random(7)
+    for _ in range(200):
+        ps = [rng.random() ** 3 for _ in range(rng.randint(1, 8))]
+        order = sorted(range(len(ps)), key=ps.__getitem__)
+        adjusted, running = [0.0] * len(ps), 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+            adjusted[i] = running
+        family = [Verdict("better", 1.0, 0.5, PAIRED, (3, 3), p) for p in ps]
+        assert [v.word == "better" for v in holm(family)] == [a < LEVEL for a in adjusted]
 
 
-@pytest.mark.parametrize(("call", "error", "message"), [
-    (lambda: judge([], [1.0], noise=1.0), ValueError, "ours must hold at least one score"),
-    (lambda: judge([1.0], [], noise=1.0), ValueError, "theirs must hold at least one score"),
-    (lambda: judge([1.0, math.nan], [1.0], noise=1.0), ValueError, "score 2 of 2 is nan"),
-    (lambda: judge([1.0], [math.inf], noise=1.0), ValueError, "theirs must be finite numbers"),
-    (lambda: judge([1.0], ["40.1"], noise=1.0), ValueError, "score 1 of 1 is '40.1'"),
-    (lambda: judge("41", [1.0], noise=1.0), TypeError, "ours must be a sequence of scores"),
-    (lambda: judge([1.0], [2.0], noise=0.0), ValueError, "noise must be a finite standard deviation"),
-    (lambda: judge([1.0], [2.0], noise=-0.85), ValueError, "above 0, got -0.85"),
-    (lambda: judge([1.0], [2.0], noise=math.inf), ValueError, "noise must be a finite"),
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: judge([], [1.0], noise=UNIT, scale=SCALE), ValueError, "ours must hold at least one score"),
+    (lambda: judge([1.0, math.nan], [1.0], noise=UNIT, scale=SCALE), ValueError, "score 2 of 2 is nan"),
+    (lambda: judge([1.0], ["40.1"], noise=UNIT, scale=SCALE), ValueError, "score 1 of 1 is '40.1'"),
+    (lambda: judge("41", [1.0]), TypeError, "ours must be a sequence of scores"),
+    (lambda: judge([41.0], [40.0]), ValueError, "single runs need noise="),
     (lambda: judge([1.0, 2.0], [1.0, 2.0, 3.0], paired=True), ValueError, "one each per seed, got 2 and 3"),
     (lambda: judge([1.0], [2.0], paired=True), ValueError, "at least 2 seeds"),
-    (lambda: judge([1.0, 2.0], [1.0, 3.0], paired=True, noise=1.0), ValueError, "noise= is for unpaired"),
+    (lambda: judge([1.0, 2.0], [1.0, 3.0], paired=True, noise=UNIT), ValueError, "noise= is for unpaired"),
     (lambda: judge([1.0, 1.0], [2.0, 2.0]), ValueError, "do not vary"),
-    (lambda: judge([1.0], [2.0], noise=1.0, paired=1), TypeError, "paired must be True or False"),
+    (lambda: judge([1.0, 3.0], [2.0, 2.0], scale=SCALE), ValueError, "scale= names the runs' scale"),
+    (lambda: judge([1.0], [2.0], noise=UNIT, scale=SCALE, paired=1), TypeError, "paired must be True"),
+    (lambda: judge([1.0, 3.0], [2.0, 2.0], level=5), ValueError, "level must be a probability"),
+    (lambda: noise_of([[1.0], [2.0]], scale=SCALE), ValueError, "ran two seeds"),
+    (lambda: noise_of([[1.0, 2.0]], scale=""), ValueError, "scale names what the runs share"),
+    (lambda: judge_against_control({0: 1.0}, {0: 2.0}), ValueError, "train the control with a second seed"),
+    (lambda: judge_against_control({1: 1.0}, {0: 2.0}), ValueError, "no seed both ran"),
 ])
 def test_inputs_are_refused_in_one_line(call, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(")) as raised:
@@ -168,7 +202,7 @@ def test_inputs_are_refused_in_one_line(call, error, message):
 
 
 def test_the_verdict_is_a_frozen_record():
-    verdict = judge([1.0], [0.0], noise=1.0)
+    verdict = judge([1.0], [0.0], noise=UNIT, scale=SCALE)
     assert isinstance(verdict, Verdict)
     with pytest.raises(AttributeError):
         verdict.word = "better"
@@ -179,8 +213,7 @@ def test_the_docstring_examples_run():
 
 
 def test_the_module_is_a_leaf():
-    """helpers/ imports nothing of the package: the rule is plain arithmetic on scores."""
-    source = verdicts.__file__
-    with open(source, encoding="utf-8") as file:
+    """helpers/ imports nothing of the package: the rule is arithmetic on scores and scipy's t."""
+    with open(verdicts.__file__, encoding="utf-8") as file:
         text = file.read()
     assert "annotated_transformer" not in text.split('"""', 2)[2]

@@ -12,12 +12,11 @@ holds what the result files give now.
 from __future__ import annotations
 
 import json
-import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["glue", "glue_all", "glue_text", "glue_verdicts", "recipe_seed_sd", "result"]
+__all__ = ["glue", "glue_all", "glue_text", "result"]
 
 
 def result(name: str) -> Any:
@@ -56,27 +55,3 @@ def glue_all(figures: Mapping[str, str | int | float]) -> None:
     """`glue` each figure of `figures`, name -> value (formatted already)."""
     for name, value in figures.items():
         glue(name, value)
-
-
-def recipe_seed_sd() -> float:
-    """s, the sample standard deviation of validation BLEU over the seeds of chapter 14's recipe
-    (multi30k_seeds.json): the noise by which the appendix's rule judges single runs."""
-    return statistics.stdev(run["val"] for run in result("multi30k_seeds.json")["runs"])
-
-
-def _one_word(words: Iterable[str]) -> str:
-    """The verdict of several comparisons: their one word when they agree, else each word, as
-    "mixed (better, tie)"."""
-    distinct = sorted(set(words))
-    return distinct[0] if len(distinct) == 1 else f"mixed ({', '.join(distinct)})"
-
-
-def glue_verdicts(judge: Callable[..., Any], comparisons: Mapping[str, Iterable[tuple[float, float]]],
-                  noise: float | None = None) -> None:
-    """Glue, as the figure of each name, the rule's word on its comparisons of single runs, each
-    (ours, theirs): `judge([ours], [theirs], noise=noise).word`, one word for all (`_one_word`).
-    `judge` is the rule (helpers/verdicts.py, passed in: a leaf helper imports no other); `noise`
-    is s, the seeds' standard deviation (`recipe_seed_sd()` unless given)."""
-    noise = recipe_seed_sd() if noise is None else noise
-    for name, pairs in comparisons.items():
-        glue(name, _one_word(judge([ours], [theirs], noise=noise).word for ours, theirs in pairs))
