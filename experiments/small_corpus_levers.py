@@ -13,6 +13,7 @@ bit in a backward pass, so their seed is not this script's seed.
     python experiments/small_corpus_levers.py --data-dir DIR               # everything, 3 to 5 hours
     python experiments/small_corpus_levers.py --data-dir DIR --score-only  # the summary again
     python experiments/small_corpus_levers.py --tiny      # the whole path on the built-in corpus, a minute
+    python experiments/small_corpus_levers.py --data-dir DIR --matched     # matched compute, about 2.5 hours
 
 The first command does it all: it measures the step costs (`--step-cost`, done anyway when the
 result file holds none for this machine), then trains the control and the levers (default
@@ -28,6 +29,16 @@ else int(30·60 / (control's seconds per step · the lever's cost ratio)); no ru
 the recipe's 9,224 steps, and if the control's own step is so dear that 30 minutes buy fewer, the
 control trains those (the summary says so). Every run then trains that fixed number of steps, with
 no clock, so that how busy the machine was changes its speed but not its result.
+
+`--matched` asks another question, at matched compute: each lever gets the minutes the control's
+own steps take, not the recipe's half hour. The control trains the recipe's steps and a dearer lever
+int(the control's steps / its cost ratio), the ratio measured the way the runs train
+(`--cost-threads` defaults to `--threads` there); its runs go to runs/levers-matched and its summary
+to multi30k_levers_matched.json, with each arm's minutes from the runs themselves, so that a reader
+sees how closely they matched.
+
+Every run records the commit and the command it was made from (`RUN.made_by.json` beside its run
+directory, written when it starts): a run reused from other code shows "commit": null, or another.
 
 It takes a while: 3 seeds × (control + BPE-dropout + R-Drop at two α) = 12 runs, each of up to the
 recipe's 30-minute budget of steps (measured at two threads; a run at one thread beside another
@@ -59,6 +70,7 @@ from annotated_transformer.acceleration import configure_process
 from annotated_transformer.cli.recipe_options import option_name
 from annotated_transformer.companions.hardware import describe_hardware
 from annotated_transformer.companions.run_directory import RunDirectory
+from annotated_transformer.companions.seed_noise import cpu_recipe_noise
 from annotated_transformer.helpers import verdicts
 from annotated_transformer.helpers.files import atomic_write_text
 from annotated_transformer.runs.run_files import read_history
@@ -66,6 +78,7 @@ from annotated_transformer.runs.run_files import read_history
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "annotated_transformer" / "results"
 OUT = RESULTS / "multi30k_levers.json"
+MATCHED_OUT = RESULTS / "multi30k_levers_matched.json"
 BUDGET_MINUTES = 30.0  # the recipe's limit on two cores (chapter 14)
 SAME_COST = 1.05  # a lever within 5% of the control's step cost trains the control's steps
 CONTROL = "control"  # the recipe unchanged, trained by this script beside the levers
@@ -120,10 +133,11 @@ def budget_steps(max_steps: int, control_seconds: float, ratio: float = 1.0,
     if not (control_seconds > 0 and ratio > 0 and budget_minutes > 0):
         raise ValueError(f"step costs and the budget must be above 0, got {control_seconds} s, "
                          f"ratio {ratio}, {budget_minutes} minutes")
-    control = min(max_steps, int(budget_minutes * 60 / control_seconds))
+    # 1e-9: a budget made of the control's own steps (--matched) buys them all, not one fewer by rounding
+    control = min(max_steps, int(budget_minutes * 60 / control_seconds + 1e-9))
     if ratio <= SAME_COST:
         return control
-    return min(control, int(budget_minutes * 60 / (control_seconds * ratio)))
+    return min(control, int(budget_minutes * 60 / (control_seconds * ratio) + 1e-9))
 
 
 def base_recipe(args: argparse.Namespace):
@@ -132,6 +146,11 @@ def base_recipe(args: argparse.Namespace):
 
 
 def budget_minutes(args: argparse.Namespace, step_costs: dict) -> float:
+    """The minutes each run's steps are planned to fill: the recipe's half hour; with --matched, the
+    control's own minutes for the recipe's steps (so that a dearer lever trains as long as the
+    control); the tiny mode's share of the control's time."""
+    if args.matched:
+        return base_recipe(args).train.max_steps * step_costs[CONTROL]["seconds_per_step"] / 60
     if not args.tiny:
         return BUDGET_MINUTES
     control = step_costs[CONTROL]["seconds_per_step"]
@@ -207,6 +226,45 @@ def train_command(name: str, seed: int, steps: int, args: argparse.Namespace) ->
     return command
 
 
+def made_by_path(run_dir: Path) -> Path:
+    return run_dir.parent / f"{run_dir.name}.made_by.json"
+
+
+def commit_of_checkout() -> str | None:
+    """The commit of the checkout the runs are trained from (with "+changes" when its tracked files
+    differ from it), or None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def record_made_by(run_dir: Path, command: list[str]) -> None:
+    """What a run is made from, kept beside it: the commit and the command, one entry per start (a
+    resumed run adds one, so that a run trained by two commits shows both)."""
+    path = made_by_path(run_dir)
+    starts = json.loads(path.read_text(encoding="utf-8"))["starts"] if path.exists() else []
+    starts.append({"commit": commit_of_checkout(), "command": " ".join(command[1:]),
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    atomic_write_text(path, json.dumps({"starts": starts}, indent=1) + "\n")
+
+
+def made_by(run_dir: Path) -> dict:
+    """A run's commit and command as the summary gives them: its first start's, with every other
+    commit it was resumed from; None for a run this script did not start (reused from elsewhere)."""
+    path = made_by_path(run_dir)
+    if not path.exists():
+        return {"commit": None, "command": None}
+    starts = json.loads(path.read_text(encoding="utf-8"))["starts"]
+    commits = sorted({start["commit"] for start in starts if start["commit"] != starts[0]["commit"]})
+    return {"commit": starts[0]["commit"], "command": starts[0]["command"],
+            **({"also_commits": commits} if commits else {})}
+
+
 def existing_run_problem(run_dir: Path, steps: int, threads: int) -> str | None:
     """Why a run directory that is there cannot be resumed as this plan's run, or None."""
     files = RunDirectory(run_dir)
@@ -248,8 +306,9 @@ def train_all(names: list[str], args: argparse.Namespace, steps: dict[str, int])
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             log = open(run_dir.parent / f"{run_dir.name}.log", "a")
             print(f"training {run_dir.name}: {steps[name]:,} steps, {args.threads} thread(s)", flush=True)
-            process = subprocess.Popen(train_command(name, seed, steps[name], args), cwd=ROOT, stdout=log,
-                                       stderr=subprocess.STDOUT, env=env)
+            command = train_command(name, seed, steps[name], args)
+            record_made_by(run_dir, command)
+            process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
             running.append((run_dir.name, process, log))
         time.sleep(0.5 if args.tiny else 5)
         for entry in list(running):
@@ -304,6 +363,43 @@ def score_test(levers: dict, control: dict, args: argparse.Namespace) -> list[st
     return better
 
 
+def judge_test(levers: dict, control: dict) -> None:
+    """Each lever whose runs and the control's were scored on the test set gains "test_verdict":
+    the same paired rule on the test scores of the seeds both have (a test-set figure carries its
+    verdict)."""
+    control_test = {run["seed"]: run["test"] for run in control["runs"] if "test" in run}
+    for lever in levers.values():
+        scored = {run["seed"]: run["test"] for run in lever["runs"] if "test" in run}
+        if scored and control_test:
+            try:
+                verdict = verdicts.judge_against_control(scored, control_test)
+            except ValueError as error:
+                lever["test_verdict"] = f"not judged: {error}"
+                continue
+            lever.update(test_verdict=verdict.word, test_margin=round(verdict.margin, 2),
+                         test_threshold=round(verdict.threshold, 2), test_p=round(verdict.p, 4))
+
+
+def rejudge(summary: dict, args: argparse.Namespace) -> dict:
+    """The summary's verdicts judged again from the scores it records (no run directory needed):
+    after the rule changes, its words are the rule's of today."""
+    control_runs = summary["control"]["runs"]
+    runs = {name: lever["runs"] for name, lever in summary["levers"].items()}
+    noise = single_seed_noise(args, control_runs, runs)
+    for run in [*control_runs, *(run for rows in runs.values() for run in rows)]:
+        run.setdefault("commit", None)  # a run the script recorded no commit for shows it
+        run.setdefault("command", None)
+    for lever in summary["levers"].values():
+        for key in ("margin", "threshold", "p", "dof", "rule", "n"):
+            lever.pop(key, None)
+        lever.update(lever_verdict(pair_runs(lever["runs"], control_runs), control_runs, noise))
+    judge_test(summary["levers"], summary["control"])
+    summary["minutes_by_arm"] = minutes_by_arm(control_runs, summary["levers"])
+    summary["rdrop_alpha"] = choose_rdrop(summary["levers"])
+    summary["rejudged_with"] = "python experiments/small_corpus_levers.py " + " ".join(args.argv)
+    return summary
+
+
 def read_runs(name: str, args: argparse.Namespace) -> list[dict]:
     """The finished runs of `name` in --runs-dir, by seed: the seed, steps and settings from the run's
     own recipe.json, minutes from its history, hardware (threads among it) from its hardware.json."""
@@ -322,7 +418,7 @@ def read_runs(name: str, args: argparse.Namespace) -> list[dict]:
         rows.append({"seed": recipe["seed"], "steps": last["step"], "minutes": round(last["minutes"], 2),
                      "seconds_per_step": round(last["minutes"] * 60 / last["step"], 4),
                      "val": score(run_dir, args), "threads": hardware.get("torch_threads"),
-                     "hardware": hardware, "run": run_dir.name})
+                     "hardware": hardware, "run": run_dir.name, **made_by(run_dir)})
     return sorted(rows, key=lambda row: row["seed"])
 
 
@@ -351,20 +447,38 @@ def pair_runs(lever_runs: list[dict], control_runs: list[dict]) -> list[tuple[di
     return pairs
 
 
-def lever_verdict(pairs: list[tuple[dict, dict]], control_runs: list[dict]) -> dict:
+def lever_verdict(pairs: list[tuple[dict, dict]], control_runs: list[dict],
+                  noise: verdicts.Noise | None = None) -> dict:
     """The appendix's rule on a lever's runs against the control's of the same seeds
-    (`verdicts.judge_against_control`: paired over 2 or more seeds; with one, single runs against
-    the seed noise of all the control's runs), or why it cannot judge them."""
+    (`verdicts.judge_against_control`: the paired t-test over 2 or more seeds; with one, single runs
+    with `noise`, the seed noise of their scale, else the control's own seeds'), or why it cannot
+    judge them."""
     seeds = [lever["seed"] for lever, _ in pairs]
     differences = [round(lever["val"] - control["val"], 2) for lever, control in pairs]
     out = {"seeds": seeds, "differences": differences}
     try:
         verdict = verdicts.judge_against_control({lever["seed"]: lever["val"] for lever, _ in pairs},
-                                                 {run["seed"]: run["val"] for run in control_runs})
+                                                 {run["seed"]: run["val"] for run in control_runs},
+                                                 noise=noise, scale=noise.scale if noise else None)
     except ValueError as error:
         return {**out, "verdict": f"not judged: {error}"}
     return {**out, "verdict": verdict.word, "margin": round(verdict.margin, 2),
-            "threshold": round(verdict.threshold, 2), "rule": verdict.rule, "n": list(verdict.n)}
+            "threshold": round(verdict.threshold, 2), "p": round(verdict.p, 4), "dof": verdict.dof,
+            "rule": verdict.rule, "n": list(verdict.n)}
+
+
+def single_seed_noise(args: argparse.Namespace, control_runs: list[dict], runs: dict[str, list[dict]]):
+    """The noise a lever of one seed is judged with: the CPU recipe's (companions/seed_noise.py: the
+    recipe's seeds and these runs, pooled), or in the tiny mode these runs' alone; None when no row
+    has two seeds."""
+    try:
+        if args.tiny:
+            rows = [[run["val"] for run in group] for group in (control_runs, *runs.values())]
+            return verdicts.noise_of(rows, scale="the tiny mode's runs")
+        return cpu_recipe_noise({"control": {"runs": control_runs},
+                                 "levers": {name: {"runs": rows} for name, rows in runs.items()}})
+    except ValueError:
+        return None
 
 
 def choose_rdrop(levers: dict) -> dict | None:
@@ -407,6 +521,14 @@ def passes_over_the_data(args: argparse.Namespace, steps: dict[str, int]) -> dic
     return out
 
 
+def minutes_by_arm(control_runs: list[dict], levers: dict) -> dict:
+    """Each arm's mean minutes and seconds per step over its runs, from the runs' own histories."""
+    arms = {CONTROL: control_runs, **{name: lever["runs"] for name, lever in levers.items()}}
+    return {name: {"minutes": round(statistics.fmean(run["minutes"] for run in runs), 2),
+                   "seconds_per_step": round(statistics.fmean(run["seconds_per_step"] for run in runs), 4)}
+            for name, runs in arms.items() if runs}
+
+
 def one_value(rows: list[dict], key: str, name: str):
     values = {row[key] for row in rows}
     if len(values) > 1:
@@ -433,8 +555,10 @@ def summarize(args: argparse.Namespace, step_costs: dict, measurement: dict) -> 
         control["val_mean"] = round(statistics.fmean(control_vals), 2)
         control["val_std"] = round(statistics.stdev(control_vals), 2) if len(control_vals) > 1 else None
     levers = {}
+    lever_runs = {name: runs for name in LEVERS if (runs := read_runs(name, args))}
+    noise = single_seed_noise(args, control_runs, lever_runs)
     for name, (settings, source) in LEVERS.items():
-        runs = read_runs(name, args)
+        runs = lever_runs.get(name)
         if not runs:
             continue
         pairs = pair_runs(runs, control_runs)
@@ -448,8 +572,9 @@ def summarize(args: argparse.Namespace, step_costs: dict, measurement: dict) -> 
                         "chosen_as": source, "steps": one_value(runs, "steps", name),
                         "planned_steps": plan.get(name),
                         "seconds_per_step": cost.get("seconds_per_step"), "ratio": cost.get("ratio"),
-                        "runs": runs, **lever_verdict(pairs, control_runs)}
+                        "runs": runs, **lever_verdict(pairs, control_runs, noise)}
     test_scored = score_test(levers, control, args) if control_runs else []
+    judge_test(levers, control)
     for name, lever in levers.items():
         if lever["planned_steps"] is not None and lever["steps"] != lever["planned_steps"]:
             notes.append(f"{name} trained {lever['steps']:,} steps; today's step costs plan "
@@ -461,7 +586,10 @@ def summarize(args: argparse.Namespace, step_costs: dict, measurement: dict) -> 
         "recipe": args.config,
         "what": "validation BLEU of the recipe with one lever, against the control: the recipe unchanged, "
                 "trained by this script for the same seeds, with the same command and threads, side by side "
-                "with the levers, on the same machine",
+                "with the levers, on the same machine" + (", each lever given the control's minutes"
+                                                          if args.matched else ""),
+        "matched": args.matched,
+        "minutes_by_arm": minutes_by_arm(control_runs, levers),
         "scored_with": scoring(args),
         "test_scored": {"levers": test_scored,
                         "rule": "the test set is scored only for a lever the rule finds better than the "
@@ -498,10 +626,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--step-cost", action="store_true",
                         help="measure the step costs again (done anyway when the result file holds none "
                              "of this machine)")
-    parser.add_argument("--cost-threads", type=int, default=2,
+    parser.add_argument("--cost-threads", type=int, default=None,
                         help="threads of the step-cost measurement: the recipe's budget is on two cores "
-                             "(default 2)")
+                             "(default 2; with --matched, --threads: the runs' own way)")
     parser.add_argument("--score-only", action="store_true", help="train nothing; score what is there")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="train and score nothing: judge the result file's recorded scores again by "
+                             "today's rule (no run directory needed)")
     parser.add_argument("--data-dir", type=Path, help="a folder with the Multi30k files (default: the cache)")
     parser.add_argument("--runs-dir", type=Path,
                         help="where the runs go (default runs/levers-controlled; tiny: a new temporary "
@@ -513,24 +644,35 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                              "--runs-dir)")
     parser.add_argument("--tiny", action="store_true",
                         help="the built-in corpus, a tiny model, seconds (a smoke test)")
+    parser.add_argument("--matched", action="store_true",
+                        help="matched compute: each lever trains the control's minutes (runs/levers-matched, "
+                             "multi30k_levers_matched.json)")
     args = parser.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else argv
     args.config = "builtin" if args.tiny else "multi30k"
-    if args.tiny and args.out is not None and args.out.resolve() == OUT.resolve():
+    if args.cost_threads is None:
+        args.cost_threads = args.threads if args.matched else 2
+    if args.tiny and args.out is not None and args.out.resolve() in (OUT.resolve(), MATCHED_OUT.resolve()):
         parser.error(f"the tiny mode never writes {OUT.relative_to(ROOT)}: give another --out")
     for option in ("threads", "parallel", "cost_threads"):
         if getattr(args, option) < 1:
             parser.error(f"--{option.replace('_', '-')} must be at least 1")
     if args.runs_dir is None:
         args.runs_dir = (Path(tempfile.mkdtemp(prefix="levers-tiny-")) if args.tiny
-                         else ROOT / "runs" / "levers-controlled")
-    args.out = args.out or (args.runs_dir / "levers.json" if args.tiny else OUT)
+                         else ROOT / "runs" / ("levers-matched" if args.matched else "levers-controlled"))
+    default_out = MATCHED_OUT if args.matched else OUT
+    args.out = args.out or (args.runs_dir / "levers.json" if args.tiny else default_out)
     args.seeds = sorted(set(args.seeds))
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
+    if args.rejudge:
+        result = rejudge(json.loads(args.out.read_text(encoding="utf-8")), args)
+        atomic_write_text(args.out, json.dumps(result, indent=1) + "\n")
+        print(f"rejudged: {args.out}")
+        return result
     configure_process()  # the process-wide settings of a program that trains (chapter 9)
     torch.set_num_threads(args.threads)  # scoring, too, as many threads as a run
     # The step costs the runs were planned with are kept with the runs, so that a run interrupted

@@ -83,32 +83,65 @@ def test_runs_of_other_hardware_or_threads_are_not_paired(changed):
 # The verdict: `judge` over the seeds both have, paired; one seed against the control's noise.
 
 def test_a_levers_verdict_is_the_paired_rule_on_the_seeds_both_have():
-    control = [run("control", seed, val) for seed, val in ((1, 41.72), (2, 40.81), (0, 42.50))]
+    control = [run("control", seed, val) for seed, val in ((1, 41.77), (2, 41.52), (0, 41.38))]
     lever = [run("bpe-dropout", seed, val) for seed, val in ((2, 40.20), (0, 40.16), (1, 40.27))]
     out = levers.lever_verdict(levers.pair_runs(lever, control), control)
-    expected = verdicts.judge([40.16, 40.27, 40.20], [42.50, 41.72, 40.81], paired=True)
-    assert out["seeds"] == [0, 1, 2] and out["differences"] == [-2.34, -1.45, -0.61]
-    assert (out["verdict"], out["margin"], out["threshold"]) == ("worse", -1.47, 1.0)
+    expected = verdicts.judge([40.16, 40.27, 40.20], [41.38, 41.77, 41.52], paired=True)
+    assert out["seeds"] == [0, 1, 2] and out["differences"] == [-1.22, -1.5, -1.32]
+    assert (out["verdict"], out["margin"], out["threshold"], out["dof"]) == ("worse", -1.35, 0.35, 2)
     assert (out["margin"], out["threshold"]) == (round(expected.margin, 2), round(expected.threshold, 2))
-    assert out["rule"] == verdicts.PAIRED and out["n"] == [3, 3]
+    assert out["rule"] == verdicts.PAIRED and out["n"] == [3, 3] and out["p"] == round(expected.p, 4)
     # one seed the other way: a tie, whatever the mean
     lever[1] = run("bpe-dropout", 0, 42.60)
     assert levers.lever_verdict(levers.pair_runs(lever, control), control)["verdict"] == "tie"
 
 
-def test_one_seed_is_judged_against_the_controls_seed_noise_or_not_at_all():
+def test_one_seed_is_judged_with_the_noise_of_its_scale_or_the_controls_seeds():
     control = [run("control", 0, 42.50), run("control", 1, 41.72), run("control", 2, 40.81)]
     noise = statistics.stdev([42.50, 41.72, 40.81])
     one = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 41.35)], control), control)
     assert one["seeds"] == [0] and one["differences"] == [-1.15]
-    assert (one["verdict"], one["rule"]) == ("tie", verdicts.SINGLE_RUNS)
-    assert one["threshold"] == round(2 * math.sqrt(2) * noise, 2) == 2.39
-    far = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control), control)
+    assert (one["verdict"], one["rule"], one["dof"]) == ("tie", verdicts.SINGLE_RUNS, 2)
+    assert one["threshold"] == round(4.302653 * math.sqrt(2) * noise, 2) == 5.15  # t(0.975, 2 dof)
+    far = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 37.0)], control), control)
     assert far["verdict"] == "worse"
+    # with the noise of the recipe's scale (many runs, 8 dof), the same -1.15 is beyond it
+    pooled = verdicts.Noise(0.458, 8, "the recipe", 12)
+    judged = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 41.35)], control), control, pooled)
+    assert (judged["verdict"], judged["dof"]) == ("tie", 8) and judged["threshold"] == 1.49
+    sharper = verdicts.Noise(0.2, 6, "the levers", 9)
+    assert levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 41.35)], control), control,
+                                sharper)["verdict"] == "worse"
     alone = levers.lever_verdict(levers.pair_runs([run("rdrop", 0, 39.0)], control[:1]), control[:1])
     assert alone["verdict"].startswith("not judged: one seed") and "margin" not in alone
     none = levers.lever_verdict(levers.pair_runs([run("rdrop", 5, 39.0)], control), control)
     assert none["verdict"].startswith("not judged") and none["seeds"] == []
+
+
+def test_one_seed_is_judged_with_the_recipes_noise_pooled_with_the_runs():
+    """The script's noise for a lever of one seed is companions/seed_noise's CPU_RECIPE noise, with
+    its own runs in the place of the committed levers: the committed file gives the book's noise."""
+    from annotated_transformer.companions.seed_noise import CPU_RECIPE, seed_noise
+
+    committed = json.loads(levers.OUT.read_text(encoding="utf-8"))
+    runs = {name: lever["runs"] for name, lever in committed["levers"].items()}
+    noise = levers.single_seed_noise(levers.parse([]), committed["control"]["runs"], runs)
+    assert noise == seed_noise(CPU_RECIPE)
+    tiny = levers.single_seed_noise(levers.parse(["--tiny"]), committed["control"]["runs"], runs)
+    assert tiny.scale == "the tiny mode's runs" and tiny.dof == 6  # control, BPE-dropout, R-Drop: 2 each
+
+
+def test_matched_compute_gives_a_dearer_lever_the_controls_minutes():
+    """--matched: the control trains the recipe's steps, R-Drop (1.84 times dearer) int(9,224 / 1.84)."""
+    costs = {"control": {"seconds_per_step": 0.3158, "ratio": 1.0},
+             "bpe-dropout": {"seconds_per_step": 0.31, "ratio": 0.98},
+             "rdrop": {"seconds_per_step": 0.5812, "ratio": 1.84}}
+    args = levers.parse(["--matched"])
+    assert args.cost_threads == args.threads == 1 and args.out == levers.MATCHED_OUT
+    assert args.runs_dir.name == "levers-matched"
+    plan = levers.planned_steps(["control", "rdrop", "bpe-dropout"], args, costs)
+    assert plan == {"control": 9224, "rdrop": int(9224 / 1.84), "bpe-dropout": 9224} and plan["rdrop"] == 5013
+    assert levers.planned_steps(["rdrop"], levers.parse([]), costs) == {"rdrop": int(30 * 60 / 0.5812)}
 
 
 def test_rdrops_alpha_is_chosen_on_the_seeds_every_alpha_trained():
@@ -167,6 +200,9 @@ def test_the_tiny_mode_trains_the_control_and_the_levers_and_judges_them(tiny):
     assert result["hardware"]["cpu_kernels"] and result["hardware"]["torch"] and result["threads"] == 1
     for row in everything:
         assert {"seed", "steps", "minutes", "seconds_per_step", "val", "threads", "hardware"} <= set(row)
+        # what each run was made from: this checkout's commit, and the command with its own seed
+        assert row["commit"] == levers.commit_of_checkout() and f"--seed {row['seed']}" in row["command"]
+    assert set(result["minutes_by_arm"]) == {"control", *levers.DEFAULT_LEVERS}
     for name, lever in result["levers"].items():
         ratio, control_step = costs[levers.cost_name(name)]["ratio"], costs["control"]["seconds_per_step"]
         planned = levers.budget_steps(levers.TINY_SETTINGS["max_steps"], control_step, ratio,
@@ -195,6 +231,20 @@ def test_the_tiny_summary_refuses_runs_of_other_threads(tiny):
             levers.main(["--tiny", "--runs-dir", str(runs_dir), "--seeds", "0", "1", "--score-only"])
     finally:
         hardware.write_text(saved, encoding="utf-8")
+
+
+def test_a_run_not_started_by_the_script_shows_no_commit(tmp_path):
+    """A run reused from elsewhere has no made_by record: the summary says so (commit None); one
+    resumed from another commit lists it."""
+    run_dir = tmp_path / "control-seed0"
+    assert levers.made_by(run_dir) == {"commit": None, "command": None}
+    levers.record_made_by(run_dir, ["python", "-m", "annotated_transformer", "train", "--seed", "0"])
+    first = levers.made_by(run_dir)
+    assert first["commit"] == levers.commit_of_checkout() and first["command"].endswith("--seed 0")
+    record = levers.made_by_path(run_dir)
+    starts = json.loads(record.read_text(encoding="utf-8"))["starts"]
+    record.write_text(json.dumps({"starts": [*starts, {**starts[0], "commit": "0" * 40}]}), encoding="utf-8")
+    assert levers.made_by(run_dir)["also_commits"] == ["0" * 40]
 
 
 def test_the_tiny_mode_never_writes_the_committed_result():

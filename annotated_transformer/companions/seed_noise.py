@@ -25,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from annotated_transformer.helpers.book_figures import glue, result
 from annotated_transformer.helpers.verdicts import Noise, judge, noise_of
 
-__all__ = ["CPU_RECIPE", "GPU_CANDIDATES", "GPU_SHAPES", "NOT_JUDGED", "glue_verdicts", "seed_noise"]
+__all__ = ["CPU_RECIPE", "GPU_CANDIDATES", "GPU_SHAPES", "NOT_JUDGED", "cpu_recipe_noise", "glue_verdicts",
+           "seed_noise"]
 
 CPU_RECIPE = "the multi30k recipe at its budget on a two-core CPU"
 GPU_SHAPES = "multi30k_gpu_search.json: 5,000-step runs, eight side by side on one GPU"
@@ -33,8 +34,8 @@ GPU_CANDIDATES = "gpu/search.json: 5-minute candidates on one H200"
 NOT_JUDGED = "not judged"  # the word for a comparison whose runs' scale has no seeds
 
 
-def _cpu_recipe_rows() -> list[list[float]]:
-    levers = result("multi30k_levers.json")
+def _cpu_recipe_rows(levers: Mapping | None = None) -> list[list[float]]:
+    levers = result("multi30k_levers.json") if levers is None else levers
     rows = [[run["val"] for run in result("multi30k_seeds.json")["runs"]],
             [run["val"] for run in levers["control"]["runs"]]]
     return rows + [[run["val"] for run in lever["runs"]] for lever in levers["levers"].values()]
@@ -59,6 +60,13 @@ def seed_noise(scale: str) -> Noise:
     if scale not in _ROWS:
         raise ValueError(f"no runs measure the noise at {scale!r}: the scales with seeds are {sorted(_ROWS)}")
     return noise_of(_ROWS[scale](), scale=scale)
+
+
+def cpu_recipe_noise(levers: Mapping) -> Noise:
+    """CPU_RECIPE's noise with `levers` (a summary of experiments/small_corpus_levers.py, the shape
+    of multi30k_levers.json) in the place of the committed levers: the script judges a lever of one
+    seed with the noise its own runs and the recipe's seeds measure, as the book does."""
+    return noise_of(_cpu_recipe_rows(levers), scale=CPU_RECIPE)
 
 
 def _one_word(words: Iterable[str]) -> str:
