@@ -20,7 +20,8 @@ CPU's) have no seeds of their own: the book states their scores and no verdict (
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from annotated_transformer.helpers.book_figures import glue, result
 from annotated_transformer.helpers.verdicts import Noise, judge, noise_of
@@ -34,39 +35,43 @@ GPU_CANDIDATES = "gpu/search.json: 5-minute candidates on one H200"
 NOT_JUDGED = "not judged"  # the word for a comparison whose runs' scale has no seeds
 
 
-def _cpu_recipe_rows(levers: Mapping | None = None) -> list[list[float]]:
-    levers = result("multi30k_levers.json") if levers is None else levers
-    rows = [[run["val"] for run in result("multi30k_seeds.json")["runs"]],
+Reader = Callable[[str], Any]  # a result file's contents by its name: `result`, or a test's copy
+
+
+def _cpu_recipe_rows(read: Reader, levers: Mapping | None = None) -> list[list[float]]:
+    levers = read("multi30k_levers.json") if levers is None else levers
+    rows = [[run["val"] for run in read("multi30k_seeds.json")["runs"]],
             [run["val"] for run in levers["control"]["runs"]]]
     return rows + [[run["val"] for run in lever["runs"]] for lever in levers["levers"].values()]
 
 
-def _gpu_shapes_rows() -> list[list[float]]:
-    runs = result("multi30k_gpu_search.json")["runs"]
+def _gpu_shapes_rows(read: Reader) -> list[list[float]]:
+    runs = read("multi30k_gpu_search.json")["runs"]
     return [[row["val_beam4_average_3"] for name, row in runs.items() if name.startswith("recipe")]]
 
 
-def _gpu_candidates_rows() -> list[list[float]]:
-    candidates = result("gpu/search.json")["candidates"]
+def _gpu_candidates_rows(read: Reader) -> list[list[float]]:
+    candidates = read("gpu/search.json")["candidates"]
     return [[row["val_beam"] for row in candidates if row["name"] in ("recipe", "seed1")]]
 
 
 _ROWS = {CPU_RECIPE: _cpu_recipe_rows, GPU_SHAPES: _gpu_shapes_rows, GPU_CANDIDATES: _gpu_candidates_rows}
 
 
-def seed_noise(scale: str) -> Noise:
+def seed_noise(scale: str, read: Reader = result) -> Noise:
     """The seed noise of validation BLEU at `scale` (CPU_RECIPE, GPU_SHAPES or GPU_CANDIDATES),
-    pooled over its files' rows of two seeds or more, with its degrees of freedom."""
+    pooled over its files' rows of two seeds or more, with its degrees of freedom; `read` gives the
+    result files (the package's unless a test passes its own)."""
     if scale not in _ROWS:
         raise ValueError(f"no runs measure the noise at {scale!r}: the scales with seeds are {sorted(_ROWS)}")
-    return noise_of(_ROWS[scale](), scale=scale)
+    return noise_of(_ROWS[scale](read), scale=scale)
 
 
 def cpu_recipe_noise(levers: Mapping) -> Noise:
     """CPU_RECIPE's noise with `levers` (a summary of experiments/small_corpus_levers.py, the shape
     of multi30k_levers.json) in the place of the committed levers: the script judges a lever of one
     seed with the noise its own runs and the recipe's seeds measure, as the book does."""
-    return noise_of(_cpu_recipe_rows(levers), scale=CPU_RECIPE)
+    return noise_of(_cpu_recipe_rows(result, levers), scale=CPU_RECIPE)
 
 
 def _one_word(words: Iterable[str]) -> str:
