@@ -43,7 +43,10 @@ import pytest
 from test_figures import NOT_PROSE, TYPED_FIGURE, typed_figures
 
 from annotated_transformer import get_recipe
-from annotated_transformer.helpers.verdicts import judge, judge_against_control
+from annotated_transformer.companions import seed_noise as scales
+from annotated_transformer.companions.seed_noise import CPU_RECIPE, GPU_CANDIDATES
+from annotated_transformer.companions.seed_noise import seed_noise as scale_noise
+from annotated_transformer.helpers.verdicts import judge, judge_against_control, noise_of
 from annotated_transformer.layer_norm import check_layer_norm
 from annotated_transformer.variations import check_claims, seed_noise
 
@@ -63,7 +66,6 @@ COMPILED = {"implementation": "ours", "compiled": True}
 EAGER = {"implementation": "ours", "compiled": False}
 TORCH_EAGER = {"implementation": "torch.nn.Transformer", "compiled": False}
 LAST_GREEDY, LAST_BEAM = {"averaged": 1, "beam": 1}, {"averaged": 1, "beam": 4}
-AVERAGE_GREEDY, AVERAGE_BEAM = {"averaged": 5, "beam": 1}, {"averaged": 5, "beam": 4}
 
 # Versions (torch 2.13.0+cpu, CUDA 13.0, PyTorch 2.11, nbdev 3) are figures too, taken whole.
 VERSION = re.compile(
@@ -73,8 +75,10 @@ VERSION = re.compile(
 WORD_FIGURE = re.compile(
     r"\b(?:three|four|five|six|seven|eight|nine|ten|eleven|twelve|half(?:-way)?|halved|quarter|third|"
     r"twice|doubled?)\b", re.I)
+# Comparison words are verdicts too: "higher", "gains", "slower" say how two results compare.
 VERDICT_WORD = re.compile(r"\b(?:better|worse|ties?|holds?|fails?|helped|helps|hurts?|lift|about the same|"
-                          r"highest|lowest)\b")
+                          r"highest|lowest|higher|lower|gains?|beats?|beat|outperform(?:s|ed)?|improve[sd]?|"
+                          r"narrower|wider|slower|faster|widens?|stronger|weaker|not judged)\b")
 
 
 # Keys that depend on data: computed from the file, never typed here.
@@ -107,6 +111,62 @@ def each(field: str) -> Callable[[list], list]:
 
 
 count = named("count", lambda items: len(items))
+
+
+def every(*path: str) -> Callable[[list], Any]:
+    """The value at `path` in every row: the one value they share, or, when they differ, a text
+    that lists the values (which no page types), so that the first row cannot vouch for the rest."""
+    def shared(rows: list) -> Any:
+        values = []
+        for row in rows:
+            for part in path:
+                row = row[part]
+            values.append(row)
+        distinct = sorted({json.dumps(value) for value in values})
+        return values[0] if len(distinct) == 1 else f"the runs differ in {'.'.join(path)}: {distinct}"
+    return named(f"every run's {'.'.join(path)}", shared)
+
+
+def listed(numbers: list[int]) -> str:
+    """[0, 1, 2] as the pages write it: "0, 1 and 2"."""
+    words = [str(number) for number in numbers]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def seed_of(run: dict) -> int:
+    return run["seed"] if "seed" in run else run["changes"]["seed"]
+
+
+seeds_of_the_runs = named("the runs' seeds", lambda runs: listed(sorted(seed_of(run) for run in runs)))
+
+
+def seeds_of_every_configuration(runs: list) -> str:
+    """The seeds every configuration (row) trained, as "0, 1 and 2", or a text that says they differ."""
+    by_name: dict[str, list[int]] = {}
+    for run in runs:
+        by_name.setdefault(run["name"], []).append(seed_of(run))
+    seeds = {listed(sorted(found)) for found in by_name.values()}
+    return seeds.pop() if len(seeds) == 1 else f"configurations with other seeds: {sorted(seeds)}"
+
+
+every_lever_run = named("every run of the levers and the control",
+                        lambda levers: levers["control"]["runs"]
+                        + [run for lever in levers["levers"].values() for run in lever["runs"]])
+best_decoding = highest("val_beam")
+# The GPU run's averaged decodings are those of its best decoding on validation: a key computed from
+# the file, so that a best decoding of other checkpoints moves the pages' rows with it.
+AVERAGED = At("decoding", best_decoding, "averaged")
+AVERAGE_GREEDY, AVERAGE_BEAM = {"averaged": AVERAGED, "beam": 1}, {"averaged": AVERAGED, "beam": 4}
+
+
+def mean_of(field: str) -> Callable[[list], float]:
+    return named(f"mean {field}", lambda rows: statistics.fmean(row[field] for row in rows))
+
+
+step_cost_ratio_of_the_runs = named(
+    "R-Drop's seconds per step over the control's, each the mean of its runs",
+    lambda levers: (mean_of("seconds_per_step")(levers["levers"]["rdrop"]["runs"])
+                    / mean_of("seconds_per_step")(levers["control"]["runs"])))
 # Where in the run the validation loss was lowest, as a share of the run's steps.
 lowest_loss_share = named("share of the run at the lowest val_nll",
                           lambda rows: lowest("val_nll")(rows)["step"] / rows[-1]["step"])
@@ -149,7 +209,10 @@ WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
 
 
 def in_words(number: float) -> str:
-    """A whole number up to twelve as a word; anything else as digits, so that it cannot match."""
+    """A whole number up to twelve as a word; anything else as digits (or as the text it is, such as
+    "the runs differ ..."), so that it cannot match."""
+    if isinstance(number, str):
+        return number
     whole = number == int(number) and 0 <= number < len(WORDS)
     return WORDS[int(number)] if whole else f"{number:g}"
 
@@ -188,6 +251,8 @@ class Figure:
         return self.phrase or self.typed
 
     def formatted(self, value: Any) -> str:
+        if isinstance(value, str) and not callable(self.form) and "{}" not in self.form:
+            return value  # a text where a number was due ("the runs differ ..."): shown as it is
         return self.form(value) if callable(self.form) else self.form.format(value)
 
 
@@ -225,6 +290,8 @@ FIGURES: dict[str, list[Figure]] = {
         F("six times", "recipe multi30k-gpu", (batch_ratio,), times),
         F("half hour", LEVERS, ("budget_minutes",), half_hour),
         F("0.62", LEVERS, ("levers", "rdrop", "margin"), "{:.2f}"),
+        F("5", GPU, ("decoding", best_decoding, "averaged"), "{}", "the last 5 on the GPU"),
+        F("3", "recipe multi30k", ("average_last",), "{}", "the last 3 on the CPU"),
         F("three", LEVERS, ("levers", "rdrop", "runs", count), in_words, "0.62\nBLEU over three seeds"),
         F("41.27", LEVERS, ("levers", "rdrop", "test_mean"), "{:.2f}"),
         F("41.03", LEVERS, ("control", "test_mean"), "{:.2f}"),
@@ -261,10 +328,20 @@ FIGURES: dict[str, list[Figure]] = {
         F("three", *SEED_COUNT, "three seeds measure it only loosely"),
         # The regularizers for a small corpus against the recipe (the appendix).
         F("0.1", LEVERS, ("levers", "bpe-dropout", "settings", "bpe_dropout"), "{:.1f}"),
-        F("9,224", LEVERS, ("levers", "bpe-dropout", "steps"), "{:,}", "the same 9,224 steps"),
-        F("2.01", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}"),
+        F("9,224", LEVERS, ("levers", "bpe-dropout", "runs", every("steps")), "{:,}", "the same 9,224 steps"),
+        F("2.01", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}", "costs 2.01 times"),
+        F("2.01", LEVERS, ("step_costs", "rdrop", "ratio"), "{:.2f}", "not the 2.01 measured"),
         F("half hour", LEVERS, ("budget_minutes",), half_hour),
-        F("6,347", LEVERS, ("levers", "rdrop", "steps"), "{:,}"),
+        F("6,347", LEVERS, ("levers", "rdrop", "runs", every("steps")), "{:,}"),
+        F("one", LEVERS, (every_lever_run, every("threads")), in_words, "one thread per run"),
+        F("0, 1 and 2", LEVERS, ("control", "runs", seeds_of_the_runs), "{}", "(seeds 0, 1 and 2)"),
+        F("0, 1 and 2", TABLE3, (seeds_of_every_configuration,), "{}",
+          "seeds 0, 1 and 2, two runs at a time"),
+        F("AMD EPYC", TABLE3, (every("hardware", "cpu"),), "{}", "two cores of an AMD EPYC whose"),
+        F("AVX512", TABLE3, (every("hardware", "cpu_kernels"),), "{}", "kernels are AVX512"),
+        F("0, 1 and 2", LAYER_NORM, (seeds_of_every_configuration,), "{}",
+          "each configuration with the seeds 0, 1 and 2"),
+        F("5", GPU, ("decoding", best_decoding, "averaged"), "{}", "**average of the last 5, beam 4**"),
         F("41.38", LEVERS, ("control", "runs", SEED0, "val"), "{:.2f}", "41.38, 41.77 and 41.52"),
         F("41.77", LEVERS, ("control", "runs", SEED1, "val"), "{:.2f}", "41.77 and 41.52"),
         F("41.52", LEVERS, ("control", "runs", SEED2, "val"), "{:.2f}", "and 41.52 (seeds"),
@@ -272,25 +349,34 @@ FIGURES: dict[str, list[Figure]] = {
         F("-1.50", LEVERS, ("levers", "bpe-dropout", "runs", SEED1, "difference"), "{:+.2f}"),
         F("-1.32", LEVERS, ("levers", "bpe-dropout", "runs", SEED2, "difference"), "{:+.2f}"),
         F("-1.35", LEVERS, ("levers", "bpe-dropout", "margin"), "{:+.2f}"),
-        F("0.16", LEVERS, ("levers", "bpe-dropout", "threshold"), "{:.2f}"),
+        F("0.35", LEVERS, ("levers", "bpe-dropout", "threshold"), "{:.2f}"),
         F("2.5", LEVERS, ("levers", "rdrop", "settings", "rdrop_alpha"), "{:.1f}"),
         F("-0.84", LEVERS, ("levers", "rdrop-alpha5", "runs", SEED0, "difference"), "{:+.2f}"),
         F("+0.58", LEVERS, ("levers", "rdrop", "runs", SEED0, "difference"), "{:+.2f}"),
         F("+0.73", LEVERS, ("levers", "rdrop", "runs", SEED1, "difference"), "{:+.2f}"),
         F("+0.54", LEVERS, ("levers", "rdrop", "runs", SEED2, "difference"), "{:+.2f}"),
         F("+0.62", LEVERS, ("levers", "rdrop", "margin"), "{:+.2f}"),
-        F("0.12", LEVERS, ("levers", "rdrop", "threshold"), "{:.2f}"),
+        F("0.25", LEVERS, ("levers", "rdrop", "threshold"), "{:.2f}"),
         F("41.27", LEVERS, ("levers", "rdrop", "test_mean"), "{:.2f}"),
         F("41.03", LEVERS, ("control", "test_mean"), "{:.2f}"),
+        F("+0.24", LEVERS, ("levers", "rdrop", "test_margin"), "{:+.2f}"),
+        F("1.47", LEVERS, ("levers", "rdrop", "test_threshold"), "{:.2f}"),
+        F("61.5 minutes", LEVERS, ("levers", "rdrop", "runs", mean_of("minutes")), "{:.1f} minutes"),
+        F("48.6", LEVERS, ("control", "runs", mean_of("minutes")), "{:.1f}"),
+        F("0.5812", LEVERS, ("levers", "rdrop", "runs", mean_of("seconds_per_step")), "{:.4f}"),
+        F("0.3158", LEVERS, ("control", "runs", mean_of("seconds_per_step")), "{:.4f}"),
+        F("1.84", LEVERS, (step_cost_ratio_of_the_runs,), "{:.2f}"),
         # Chapter 20's run on one GPU, and its search.
         F("1,024", GPU, ("recipe", "d_ff"), "{:,}"),
         F("0.2", GPU, ("recipe", "dropout"), "{:.1f}", "dropout 0.2, batches"),
-        F("torch 2.13.0+cpu", TABLE3, (0, "hardware", "torch"), "torch {}",
+        F("torch 2.13.0+cpu", TABLE3, (every("hardware", "torch"),), "torch {}",
           "kernels are AVX512, torch 2.13.0+cpu"),
-        F("0.39", TABLE3, (named("seed_noise BLEU", lambda runs: seed_noise(runs, "val_bleu")),), "{:.2f}"),
-        F("0.022", TABLE3, (named("seed_noise nats", lambda runs: seed_noise(runs, "val_nll")),), "{:.3f}"),
+        F("0.39", TABLE3, (named("seed noise BLEU", lambda runs: seed_noise(runs, "val_bleu").sd),),
+          "{:.2f}"),
+        F("0.022", TABLE3, (named("seed noise nats", lambda runs: seed_noise(runs, "val_nll").sd),),
+          "{:.3f}"),
         # Chapter 19's configurations, three seeds each.
-        F("0.52", LAYER_NORM, (named("seed_noise BLEU", lambda runs: seed_noise(runs, "val_bleu")),),
+        F("0.52", LAYER_NORM, (named("seed_noise BLEU", lambda runs: seed_noise(runs, "val_bleu").sd),),
           "{:.2f}"),
         F("eight", LAYER_NORM, (configurations,), in_words, "pooled over the eight configurations"),
         F("0.51", LAYER_NORM, (configuration_mean("post-LN, N=6, warmup", "val_bleu"),), "{:.2f}"),
@@ -372,9 +458,11 @@ FIGURES: dict[str, list[Figure]] = {
     ],
     "book/conclusion.md": HEADLINE + MFU + [
         F("three", LAYER_NORM, (seeds_per_configuration,), in_words, "(chapter 19, three seeds per"),
+        F("0, 1 and 2", TABLE3, (seeds_of_every_configuration,), "{}", "each row with the seeds 0, 1 and 2"),
         F("20.8 minutes", CPU, ("minutes",), "{:.1f} minutes"),
         F("five minutes", "recipe multi30k-gpu", ("max_minutes",), minutes),
-        F("three", *SEED_COUNT, "since three seeds of the CPU recipe"),
+        F("Three", SEEDS, ("runs", count), lambda n: in_words(n).capitalize(),
+          "(chapter 20). Three seeds of"),
         F("three", *SEED_COUNT, "three seeds measure that noise"),
         HALF_WAY,
     ],
@@ -395,7 +483,9 @@ FIGURES: dict[str, list[Figure]] = {
         F("32%", "recipe multi30k", ("train", "cooldown"), "{:.0%}", "the last 32% of their steps"),
         F("32%", "recipe multi30k", ("train", "cooldown"), "{:.0%}", "the last 32% of the time"),
         F("three", SEEDS, ("decoding_choices", count), in_words, "the three seeds' models"),
-        F("three", SEEDS, ("decoding_choices", count), in_words, "on each of three seeds"),
+        F("three", SEEDS, ("decoding_choices", count), in_words, "paired t-test on three seeds"),
+        F("three", SEEDS, ("decoding_choices", count), in_words, "a tie: three seeds cannot"),
+        F("three", SEEDS, ("decoding_choices", count), in_words, "over three seeds' models"),
     ],
     "book/index.md": [],
     "experiments/README.md": [],
@@ -413,8 +503,7 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
     "README.md": {
         "translates three sentences": "the main job's three example sentences, a setting",
         "(1,000 sentences)": TEST_SIZE,
-        "more than twice the noise": "the rule for 'better' (the appendix), not a measurement",
-        "Multi30k's 29,000 sentences": "Multi30k's training pairs, a fact of the data set",
+        "at the 5% level": "the rule's level (helpers/verdicts.py's LEVEL), a setting of the rule",
         "in half precision": "a number format (float16), not a figure",
     },
     "CONTRIBUTING.md": {
@@ -427,7 +516,6 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
     "book/results.md": {
         "(1,000 sentences)": TEST_SIZE,
         "500 steps of 1,000 tokens": "chapter 18's small scale, a setting",
-        "(twice its standard error": "the rule for 'better' (the appendix), not a measurement",
         "α 0.6, 1.0 or 1.4": "the length penalties tried, settings",
         "vocabulary of about 37,000 tokens": PAPER_VOCABULARY,
         "vocabulary of 37,000)": PAPER_VOCABULARY,
@@ -472,8 +560,7 @@ NOT_MEASURED: dict[str, dict[str, str]] = {
         "the paper's 27.3 and 28.4": "the paper's Table 2: the base and big models' BLEU on WMT 2014",
         "instead of §6.1's 0.6": "§6.1's length penalty α, a setting of the paper",
         "(of 0.6, 1.0, 1.4 and 1.8,": "the length penalties tried, settings",
-        "better than 0.6 by": "§6.1's length penalty α, a setting of the paper",
-        "by more than twice the standard error": "the rule for 'better' (the appendix), not a measurement",
+        "scored above 0.6 on every": "§6.1's length penalty α, a setting of the paper",
         "(one of the 1,014 validation": VALIDATION_SIZE,
         "set (1,014 sentences)": VALIDATION_SIZE,
         "a quarter of the paper's width and half its depth": (
@@ -693,13 +780,9 @@ def test_lookup_picks_list_elements_by_their_items_and_by_data():
 
 # Verdicts: what the appendix's rule says of the files' numbers.
 
-def rule_noise(results: Results) -> float:
-    """s, the appendix's noise: the sample standard deviation of the recipe's seeds on validation."""
-    return statistics.stdev(results(SEEDS, "runs", each("val")))
-
-
-def single(results: Results, ours: float, theirs: float) -> str:
-    return judge([ours], [theirs], noise=rule_noise(results)).word
+def single(results: Results, ours: float, theirs: float, scale: str = CPU_RECIPE) -> str:
+    """Single runs at `scale`, judged with the noise its runs measure (companions/seed_noise.py)."""
+    return judge([ours], [theirs], noise=scale_noise(scale, results.file), scale=scale).word
 
 
 def all_of(words: list[str]) -> str:
@@ -707,16 +790,19 @@ def all_of(words: list[str]) -> str:
     return words[0] if len(set(words)) == 1 else " / ".join(words)
 
 
-def lever_runs(results: Results, name: str) -> dict[int, float]:
-    """{seed: validation BLEU} of a lever's runs, or of the control's (name "control")."""
+def lever_runs(results: Results, name: str, split: str = "val") -> dict[int, float]:
+    """{seed: BLEU on `split`} of a lever's runs, or of the control's (name "control")."""
     where = ("control",) if name == "control" else ("levers", name)
     runs = results(LEVERS, *where, "runs")
-    return {run["seed"]: run["val"] for run in runs}
+    return {run["seed"]: run[split] for run in runs if split in run}
 
 
-def lever(results: Results, name: str) -> str:
-    """A lever against the control's runs of the same seeds: paired over seeds, or single runs."""
-    return judge_against_control(lever_runs(results, name), lever_runs(results, "control")).word
+def lever(results: Results, name: str, split: str = "val") -> str:
+    """A lever against the control's runs of the same seeds: paired over seeds, or a single run
+    with the CPU recipe's noise."""
+    noise = scale_noise(CPU_RECIPE, results.file)
+    return judge_against_control(lever_runs(results, name, split), lever_runs(results, "control", split),
+                                 noise=noise, scale=CPU_RECIPE).word
 
 
 def bpe_dropout(results: Results) -> str:
@@ -728,11 +814,22 @@ def rdrop(results: Results) -> str:
     return lever(results, results(LEVERS, "rdrop_alpha", "chosen"))
 
 
+def rdrop_alpha5(results: Results) -> str:
+    return lever(results, "rdrop-alpha5")
+
+
+def rdrop_on_test(results: Results) -> str:
+    """R-Drop against the control on the test set, paired over the seeds both scored."""
+    return lever(results, results(LEVERS, "rdrop_alpha", "chosen"), "test")
+
+
 def search_lead(results: Results) -> str:
-    """The GPU search's chosen candidate against the best of the others, one run each, on validation."""
+    """The GPU search's chosen candidate against the best of the others, one run each, on validation,
+    with the noise of that search's two seeds of the recipe."""
     chosen, candidates = results(SEARCH, "chosen"), results(SEARCH, "candidates")
     ours = next(c["val_beam"] for c in candidates if c["name"] == chosen)
-    return single(results, ours, max(c["val_beam"] for c in candidates if c["name"] != chosen))
+    runner_up = max(c["val_beam"] for c in candidates if c["name"] != chosen)
+    return single(results, ours, runner_up, GPU_CANDIDATES)
 
 
 def search_kept_highest(results: Results) -> str:
@@ -745,31 +842,25 @@ def decoding_highest(results: Results) -> str:
     return "highest" if results(GPU, "val_beam") == best else f"not the highest ({best} is)"
 
 
-def decoding_lead(results: Results) -> str:
-    first, second = sorted((row["val_beam"] for row in results(GPU, "decoding")), reverse=True)[:2]
-    return single(results, first, second)
+def one_models_decodings(results: Results) -> str:
+    """Decodings of one model (a beam against greedy, α, checkpoints averaged) are compared over its
+    sentences (`judge_decodings`), which the result files do not keep: not judged."""
+    return scales.NOT_JUDGED
 
 
-def gpu_against_seeds(results: Results) -> str:
-    """The GPU run (one) against the CPU recipe's seeds (three) on the test set, by the rule's s."""
-    seeds = results(SEEDS, "runs", each("test"))
-    return judge([results(GPU, "test", AVERAGE_BEAM, "bleu")], seeds, noise=rule_noise(results)).word
-
-
-def gpu_against_cpu_run(results: Results) -> str:
-    return single(results, results(GPU, "test", AVERAGE_BEAM, "bleu"),
-                  results(CPU, "test", "average of the last 3 / beam 4"))
+def across_scales(results: Results) -> str:
+    """The GPU's one run against the CPU's runs: another scale, and no GPU seeds: not judged."""
+    return scales.NOT_JUDGED
 
 
 def beam_over_greedy(results: Results) -> str:
-    """'scored above greedy ... a tie': beam ahead of greedy in both runs, by less than the rule asks."""
+    """'scored above greedy ... not judged': beam ahead of greedy in every pair of one model's
+    decodings (the fact the page states), and no verdict on it (one model's decodings)."""
     pairs = [(results(CPU, "test", f"{model} / beam 4"), results(CPU, "test", f"{model} / greedy"))
              for model in ("last checkpoint (step_00009224)", "average of the last 3")]
     pairs += [(results(GPU, "test", beam, "bleu"), results(GPU, "test", greedy, "bleu"))
               for beam, greedy in ((LAST_BEAM, LAST_GREEDY), (AVERAGE_BEAM, AVERAGE_GREEDY))]
-    if any(beam <= greedy for beam, greedy in pairs):
-        return "greedy as high"
-    return all_of([single(results, beam, greedy) for beam, greedy in pairs])
+    return "greedy as high" if any(beam <= greedy for beam, greedy in pairs) else scales.NOT_JUDGED
 
 
 def search_run(results: Results, name: str, score: str = "val_beam4_average_3") -> float:
@@ -807,17 +898,25 @@ def alpha_paired(results: Results) -> str:
                  decoding_choices(results, "average of the last 3, alpha 0.6"), paired=True).word
 
 
-def averaging_3_against_5_and_10(results: Results) -> str:
-    table = results(CPU_SEARCH, "decoding word-p0.1")
-    return all_of([single(results, table[f"average 3, alpha {alpha}"], table[f"average {n}, alpha {alpha}"])
-                   for alpha in ("0.6", "1.0") for n in (5, 10)])
-
-
 def averaging_against_last(results: Results) -> str:
-    """On each seed's model: the average of the last 3 against the last checkpoint, one run each."""
-    return all_of([single(results, averaged, last) for averaged, last in zip(
-        decoding_choices(results, "average of the last 3, alpha 1.4"),
-        decoding_choices(results, "last checkpoint, alpha 1.4"), strict=True)])
+    """The average of the last 3 against the last checkpoint, paired over the seeds' models."""
+    return judge(decoding_choices(results, "average of the last 3, alpha 1.4"),
+                 decoding_choices(results, "last checkpoint, alpha 1.4"), paired=True).word
+
+
+EARLY_WINNERS = ["(A) h=1, d_k=d_v=128", "(C) N=1", "(C) N=2", "(D) P_drop=0.0", "(E) learned positions"]
+
+
+def early_winners_score_higher(results: Results) -> str:
+    """'one head, one or two layers, no dropout and learned positions score higher': each row's
+    seeds against the base's, with the noise pooled over the table's rows (chapter 18's)."""
+    runs = results.file(TABLE3)
+    rows: dict[str, list[float]] = {}
+    for run in runs:
+        rows.setdefault(run["name"], []).append(run["val_bleu"])
+    noise = noise_of(list(rows.values()), scale=TABLE3)
+    words = {judge(rows[name], rows["base"], noise=noise, scale=TABLE3).word for name in EARLY_WINNERS}
+    return "higher" if words == {"better"} else f"not higher for every row: {sorted(words)}"
 
 
 def claim_verdict(checker: Callable[[list], list[dict]], name: str, start: str) -> Callable[[Results], str]:
@@ -864,13 +963,15 @@ class Claim:
     def says(self) -> str:
         """The page's word as `judge` words it."""
         return {"ties": "tie", "a tie": "tie", "about the same": "tie", "not by more than": "tie",
-                "did not lift": "no better", "hold": "holds", "fail": "fails"}.get(self.word, self.word)
+                "did not lift": "no better", "hold": "holds", "fail": "fails",
+                "not judged": scales.NOT_JUDGED}.get(self.word, self.word)
 
 
 C = Claim
 README, RESULTS_PAGE, CONCLUSION, DEVIATIONS = VERDICT_PAGES
 VERDICTS = [
-    C(README, "it ties with the CPU recipe", "ties", gpu_against_seeds),
+    C(README, "CPU recipe's seeds is not judged", "not judged", across_scales),
+    C(README, "the control's 41.03 is a tie", "a tie", rdrop_on_test),
     C(README, "BPE-dropout is worse on validation", "worse", bpe_dropout),
     C(README, "R-Drop better, by 0.62", "better", rdrop),
     C(RESULTS_PAGE, "(A) one head is worse than the best number of heads (BLEU): **fails**", "fails",
@@ -892,6 +993,7 @@ VERDICTS = [
     C(RESULTS_PAGE, "(ε_ls=0 is below the base): a tie", "a tie", table3_claim("(D) label smoothing helps")),
     C(RESULTS_PAGE, "identical to sinusoids (BLEU): **fails**", "fails", table3_claim("(E)")),
     C(RESULTS_PAGE, "The ties (many heads, key size", "ties", table3_all(TABLE3_TIES)),
+    C(RESULTS_PAGE, "learned positions score higher after 500 steps", "higher", early_winners_score_higher),
     C(RESULTS_PAGE, "N = 3 is better than without it (BLEU): holds", "holds",
       layer_norm_claim("with the warmup")),
     C(RESULTS_PAGE, "at every depth (BLEU): holds", "holds", layer_norm_claim("pre-LN is better")),
@@ -903,29 +1005,31 @@ VERDICTS = [
     C(CONCLUSION, "costs perplexity hold", "hold", table3_all(["(C) wider", "(D) label smoothing hurts"])),
     C(CONCLUSION, "dropout and learned positions fail", "fail", table3_all(TABLE3_FAILS)),
     C(CONCLUSION, "the others are ties at this scale", "ties", table3_all(TABLE3_TIES)),
-    C(RESULTS_PAGE, "twice its standard error: 0.16), worse;", "worse", bpe_dropout),
-    C(RESULTS_PAGE, "twice its standard error: 0.12), better.", "better", rdrop),
-    C(RESULTS_PAGE, "CPU recipe's threshold ([How a difference is judged]"
-                    "(appendix_recipes.ipynb#how-a-difference-is-judged)), a tie", "a tie", search_lead),
+    C(RESULTS_PAGE, "threshold: 0.35), worse;", "worse", bpe_dropout),
+    C(RESULTS_PAGE, "(threshold: 0.25), better.", "better", rdrop),
+    C(RESULTS_PAGE, "by -0.84, a tie", "a tie", rdrop_alpha5),
+    C(RESULTS_PAGE, "a threshold of 1.47, a tie", "a tie", rdrop_on_test),
+    C(RESULTS_PAGE, "led the nearest others, a tie", "a tie", search_lead),
     C(RESULTS_PAGE, "kept as the one that scored highest", "highest", search_kept_highest),
     C(RESULTS_PAGE, "43.15, the highest of the nine decoding settings", "highest", decoding_highest),
-    C(RESULTS_PAGE, "though not by more than the rule", "not by more than", decoding_lead),
-    C(RESULTS_PAGE, "is a tie by the rule", "a tie", gpu_against_seeds),
-    C(CONCLUSION, "at 41.53 (chapter 20): a tie by the rule", "a tie", gpu_against_seeds),
-    C(CONCLUSION, "by less than the rule asks: a tie", "a tie", beam_over_greedy),
-    C(CONCLUSION, "scored about the same", "about the same", gpu_against_cpu_run),
+    C(RESULTS_PAGE, "not judged against the others", "not judged", one_models_decodings),
+    C(RESULTS_PAGE, "(`multi30k_seeds.json`), not judged", "not judged", across_scales),
+    C(CONCLUSION, "the GPU's one run beside them is not judged", "not judged", across_scales),
+    C(CONCLUSION, "in both runs, not judged", "not judged", beam_over_greedy),
+    C(CONCLUSION, "differently is not judged", "not judged", across_scales),
     C(DEVIATIONS, "(the paper: 4,000, a tie on the validation set", "a tie", warmup),
     C(DEVIATIONS, "it ties with no cooldown", "ties", cooldown),
     C(DEVIATIONS, "On the validation set it ties, by the rule", "ties", vocabulary),
     C(DEVIATIONS, "1.4 scored highest", "highest", alpha_highest),
-    C(DEVIATIONS, "better than 0.6 by the rule", "better", alpha_paired),
-    C(DEVIATIONS, "averaging the last 3 ties with averaging the last 5 or 10", "ties",
-      averaging_3_against_5_and_10),
-    C(DEVIATIONS, "average of 3 ties with the last checkpoint", "ties", averaging_against_last),
+    C(DEVIATIONS, "on three seeds) that is a tie", "a tie", alpha_paired),
+    C(DEVIATIONS, "(decodings of one model) is not judged", "not judged", one_models_decodings),
+    C(DEVIATIONS, "last checkpoint are a tie", "a tie", averaging_against_last),
 ]
 
 TABLE3_CLAIM = "a claim of §6.2, named as chapter 18 names it before the rule's verdict on it"
 LN_CLAIM = "a claim of chapter 19, named as it names it before the rule's verdict on it"
+CHAPTER_17 = ("chapter 17's timings, which its tables print from the chapter's own run on the project's "
+              "CPU; no result file keeps them")
 NOT_JUDGED: dict[str, dict[str, str]] = {
     README: {
         "fails when the two drift apart": "a test failing, not a comparison",
@@ -944,7 +1048,13 @@ NOT_JUDGED: dict[str, dict[str, str]] = {
         "(C) deeper is better": TABLE3_CLAIM,
         "(C) wider is better": TABLE3_CLAIM,
         "(C) a bigger feed-forward layer is better": TABLE3_CLAIM,
-        "(D) dropout helps": TABLE3_CLAIM,
+        "(D) dropout helps: without it, BLEU is lower": TABLE3_CLAIM,
+        "a wider model and label smoothing's": TABLE3_CLAIM,
+        "self-attention was faster than the recurrent layer": CHAPTER_17,
+        "many times slower at the same FLOPs, the convolution no slower": CHAPTER_17,
+        "bfloat16 several times slower than float32": "a first GPU run that no result file kept, said so",
+        "bfloat16 became the faster precision": "the GPU benchmark's eager and compiled rows (bench.json), "
+                                                "checked as figures above",
         "(D) label smoothing hurts perplexity (ε_ls=0 lowest, 0.2 highest)": TABLE3_CLAIM,
         "(D) label smoothing helps BLEU": TABLE3_CLAIM,
         "with the warmup, post-LN at N = 3 is better than without it": LN_CLAIM,
@@ -952,10 +1062,14 @@ NOT_JUDGED: dict[str, dict[str, str]] = {
     },
     CONCLUSION: {
         "the claims that a wider model is better": TABLE3_CLAIM,
+        "it is the stronger placement": LN_CLAIM,
+        "(stronger regularization for more passes)": "a recipe to try next, not a result",
     },
     DEVIATIONS: {
         "is no better than the worst of them": "beam search's rule for stopping (chapter 11), not a result",
         "a far better hypothesis": "beam search's rule for stopping (chapter 11), not a result",
+        "can still beat the best finished one": "beam search's rule for stopping (chapter 11), not a result",
+        "time limit for slower machines": "what the recipe's time limit is for, not a result",
         "breaks ties between": "a BPE trainer's ties between equally frequent pairs, not a verdict",
         "every batch by length holds a single length": "a batch's contents, not a comparison",
     },
@@ -963,7 +1077,11 @@ NOT_JUDGED: dict[str, dict[str, str]] = {
 
 
 def verdict_mismatch(claim: Claim, results: Results) -> str | None:
-    reached = claim.reached(results)
+    try:
+        reached = claim.reached(results)
+    except (KeyError, IndexError, AssertionError, ValueError) as error:
+        return (f"{claim.page} says {claim.word!r} ({claim.phrase!r}); {claim.reached.__name__} "
+                f"cannot judge ({error})")
     if reached != claim.says:
         return (f"{claim.page} says {claim.word!r} ({claim.phrase!r}); from the result files, "
                 f"{claim.reached.__name__} (the rule, judging-differences) says {reached!r}: reword the page")
@@ -1001,14 +1119,14 @@ def test_a_typed_verdict_that_contradicts_the_rule_fails(tmp_path, monkeypatch):
     the page contradicts the rule."""
     copy = tmp_path / RESULTS_PAGE
     copy.parent.mkdir(parents=True)
-    copy.write_text(text(RESULTS_PAGE).replace("0.16), worse;", "0.16), a tie;"), encoding="utf-8")
+    copy.write_text(text(RESULTS_PAGE).replace("0.35), worse;", "0.35), a tie;"), encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     entry = next(claim for claim in VERDICTS if claim.reached is bpe_dropout and claim.page == RESULTS_PAGE)
     with pytest.raises(AssertionError, match="occurs 0 times"):
         test_each_typed_verdict_is_the_rules(entry)
     with pytest.raises(AssertionError, match=r"types verdicts \[\('tie'"):
         test_every_verdict_word_is_accounted_for(RESULTS_PAGE)
-    rewritten = C(RESULTS_PAGE, "standard error: 0.16), a tie;", "a tie", bpe_dropout)
+    rewritten = C(RESULTS_PAGE, "threshold: 0.35), a tie;", "a tie", bpe_dropout)
     with pytest.raises(AssertionError, match=r"bpe_dropout .* says 'worse'"):
         test_each_typed_verdict_is_the_rules(rewritten)
 
@@ -1020,7 +1138,8 @@ def test_the_levers_file_states_the_rules_verdicts():
     results = Results()
     control = lever_runs(results, "control")
     for name, entry in results(LEVERS, "levers").items():
-        verdict = judge_against_control(lever_runs(results, name), control)
+        verdict = judge_against_control(lever_runs(results, name), control,
+                                        noise=scale_noise(CPU_RECIPE, results.file), scale=CPU_RECIPE)
         assert (entry["verdict"], entry["margin"], entry["threshold"]) == (
             verdict.word, round(verdict.margin, 2), round(verdict.threshold, 2)), name
         for run in entry["runs"]:
@@ -1071,11 +1190,11 @@ CHANGES = {
     # The levers' BPE-dropout steps, typed as "the same 9,224 steps": an equal figure (the CPU run's
     # steps) stands elsewhere on the page, and used to vouch for it.
     "a figure another entry's equal value covered": (
-        set_value(LEVERS, ("levers", "bpe-dropout", "steps"), 9000), "'the same 9,224 steps'"),
+        set_value(LEVERS, ("levers", "bpe-dropout", "runs", SEED1, "steps"), 9000), "'the same 9,224 steps'"),
     # R-Drop's seed 2 at 41.40 instead of 42.06: -0.12 against the control, a sign that differs from the
     # other seeds', so the rule's "better" becomes a tie.
     "a verdict": (set_value(LEVERS, ("levers", "rdrop", "runs", SEED2, "val"), 41.4),
-                  "says 'better' ('twice its standard error: 0.12), better."),
+                  "says 'better' ('(threshold: 0.25), better."),
     # The lowest loss at step 7000, still 1.471 to three places: only "half-way" is now untrue.
     "the step of the lowest validation loss": (changed(VALIDATION, move_lowest_loss), "'half-way'"),
     "the chosen candidate": (set_value(SEARCH, ("chosen",), "bpe8000"), "'3,047'"),
@@ -1098,11 +1217,62 @@ CHANGES = {
     "a mean of chapter 19's seeds": (
         changed(LAYER_NORM, lambda runs: [run.update(val_bleu=0.9) for run in runs
                                           if run["name"] == "post-LN, N=6, warmup"]), "'0.51'"),
-    # α = 0.6 on seed 2 at 40.95 instead of 40.51: α = 1.4 is then lower on that seed.
+    # α = 0.6 on seed 2 at 40.21 instead of 40.51: α = 1.4 leads by 0.60, 0.82 and 0.60, which the
+    # paired t-test finds beyond the noise, so the deviations page's "a tie" is untrue.
     "a paired verdict": (
-        set_value(SEEDS, ("decoding_choices", SEED2, "val", "average of the last 3, alpha 0.6"), 40.95),
-        "says 'better'"),
+        set_value(SEEDS, ("decoding_choices", SEED2, "val", "average of the last 3, alpha 0.6"), 40.21),
+        "says 'a tie' ('on three seeds) that is a tie'"),
 }
+
+
+def every_run(field: str, value: Any, name: str | None = None) -> Callable[[list], None]:
+    """Every run's hardware `field` (of the rows named `name`, or all) set to `value`."""
+    def change(runs: list) -> None:
+        for run in runs:
+            if name is None or run["name"] == name:
+                run["hardware"][field] = value
+    return change
+
+
+def lower_learned_positions(runs: list) -> None:
+    for run in runs:
+        if run["name"] == "(E) learned positions":
+            run["val_bleu"] -= 4.2
+
+
+def one_other_machine(runs: list) -> None:
+    runs[30]["hardware"].update(torch="2.12.0+cpu", cpu="Intel(R) Xeon(R) Processor")
+
+
+def relabel_seed_2(levers: dict) -> None:
+    next(run for run in levers["control"]["runs"] if run["seed"] == 2)["seed"] = 0
+
+
+def control_on_two_threads(levers: dict) -> None:
+    for run in levers["control"]["runs"]:
+        run["threads"] = run["hardware"]["torch_threads"] = 2
+
+
+def cut_one_rdrop_run(levers: dict) -> None:
+    levers["levers"]["rdrop"]["runs"][1]["steps"] = 5000
+
+
+def best_decoding_of_3_checkpoints(final: dict) -> None:
+    next(row for row in final["decoding"] if (row["averaged"], row["alpha"]) == (3, 1.4))["val_beam"] = 43.5
+
+
+# Six changes a page check once let through (each tried on a copy: the figure changed, the tests green).
+CHANGES.update({
+    "learned positions 4.2 BLEU lower on every seed": (
+        changed(TABLE3, lower_learned_positions), "says 'higher'"),
+    "the GPU's best decoding averages 3 checkpoints": (
+        changed(GPU, best_decoding_of_3_checkpoints), "(at 'the last 5 on the GPU')"),
+    "every Table 3 run on AVX2 kernels": (changed(TABLE3, every_run("cpu_kernels", "AVX2")), "'AVX512'"),
+    "one of 57 runs on another torch and CPU": (changed(TABLE3, one_other_machine), "'torch 2.13.0+cpu'"),
+    "the control's seed 2 relabelled 0": (changed(LEVERS, relabel_seed_2), "(at '(seeds 0, 1 and 2)')"),
+    "the control on two threads": (changed(LEVERS, control_on_two_threads), "(at 'one thread per run')"),
+    "one R-Drop run cut at 5,000 steps": (changed(LEVERS, cut_one_rdrop_run), "'6,347'"),
+})
 
 
 def test_the_unchanged_result_files_pass_every_check():

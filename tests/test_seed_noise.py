@@ -8,6 +8,7 @@ import pytest
 
 from annotated_transformer.companions import seed_noise as noises
 from annotated_transformer.companions.seed_noise import CPU_RECIPE, GPU_CANDIDATES, GPU_SHAPES, seed_noise
+from annotated_transformer.helpers import book_figures
 from annotated_transformer.helpers.book_figures import result
 from annotated_transformer.helpers.verdicts import judge
 
@@ -56,7 +57,7 @@ def test_a_scale_without_seeds_is_refused():
 
 def test_the_glued_words_are_the_rules_at_that_scale(monkeypatch):
     glued = {}
-    monkeypatch.setattr(noises, "glue", lambda name, value: glued.__setitem__(name, value))
+    monkeypatch.setattr(book_figures, "glue", lambda name, value: glued.__setitem__(name, value))
     noise = seed_noise(CPU_RECIPE)
     near, far = 0.9 * noise.sd, 5 * noise.sd
     noises.glue_verdicts({"near": [(40 + near, 40.0)], "far": [(40 + far, 40.0)],

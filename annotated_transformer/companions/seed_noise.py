@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from annotated_transformer.helpers.book_figures import glue, result
+from annotated_transformer.helpers import book_figures
 from annotated_transformer.helpers.verdicts import Noise, judge, noise_of
 
 __all__ = ["CPU_RECIPE", "GPU_CANDIDATES", "GPU_SHAPES", "NOT_JUDGED", "cpu_recipe_noise", "glue_verdicts",
@@ -39,7 +39,7 @@ Reader = Callable[[str], Any]  # a result file's contents by its name: `result`,
 
 
 def _cpu_recipe_rows(read: Reader, levers: Mapping | None = None) -> list[list[float]]:
-    levers = read("multi30k_levers.json") if levers is None else levers
+    levers = read("multi30k_levers.json") if levers is None else levers  # the committed, or a script's
     rows = [[run["val"] for run in read("multi30k_seeds.json")["runs"]],
             [run["val"] for run in levers["control"]["runs"]]]
     return rows + [[run["val"] for run in lever["runs"]] for lever in levers["levers"].values()]
@@ -58,20 +58,20 @@ def _gpu_candidates_rows(read: Reader) -> list[list[float]]:
 _ROWS = {CPU_RECIPE: _cpu_recipe_rows, GPU_SHAPES: _gpu_shapes_rows, GPU_CANDIDATES: _gpu_candidates_rows}
 
 
-def seed_noise(scale: str, read: Reader = result) -> Noise:
+def seed_noise(scale: str, read: Reader | None = None) -> Noise:
     """The seed noise of validation BLEU at `scale` (CPU_RECIPE, GPU_SHAPES or GPU_CANDIDATES),
     pooled over its files' rows of two seeds or more, with its degrees of freedom; `read` gives the
     result files (the package's unless a test passes its own)."""
     if scale not in _ROWS:
         raise ValueError(f"no runs measure the noise at {scale!r}: the scales with seeds are {sorted(_ROWS)}")
-    return noise_of(_ROWS[scale](read), scale=scale)
+    return noise_of(_ROWS[scale](read or book_figures.result), scale=scale)
 
 
 def cpu_recipe_noise(levers: Mapping) -> Noise:
     """CPU_RECIPE's noise with `levers` (a summary of experiments/small_corpus_levers.py, the shape
     of multi30k_levers.json) in the place of the committed levers: the script judges a lever of one
     seed with the noise its own runs and the recipe's seeds measure, as the book does."""
-    return noise_of(_cpu_recipe_rows(result, levers), scale=CPU_RECIPE)
+    return noise_of(_cpu_recipe_rows(book_figures.result, levers), scale=CPU_RECIPE)
 
 
 def _one_word(words: Iterable[str]) -> str:
@@ -86,4 +86,5 @@ def glue_verdicts(comparisons: Mapping[str, Iterable[tuple[float, float]]], scal
     `scale`, each (ours, theirs), judged with the noise of that scale: one word for all."""
     noise = seed_noise(scale)
     for name, pairs in comparisons.items():
-        glue(name, _one_word(judge([ours], [theirs], noise=noise, scale=scale).word for ours, theirs in pairs))
+        # through the module: tools/glue_figures.py records a chapter's figures by replacing its glue
+        book_figures.glue(name, _one_word(judge([ours], [theirs], noise=noise, scale=scale).word for ours, theirs in pairs))
