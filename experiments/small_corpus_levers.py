@@ -4,9 +4,9 @@ Each lever is the recipe with one setting changed (BPE-dropout, chapter 13; R-Dr
 This script trains the recipe itself too, unchanged (the *control*), for the same seeds, with the
 same command, the same number of threads and side by side with the levers, and compares each
 lever's run with the control's run of the same seed: paired, by the appendix's rule
-(`annotated_transformer.helpers.verdicts.judge`: the mean difference beyond twice its standard
-error, one sign on every seed), or, with one seed, against 2·√2 times the control's seed standard
-deviation. The recipe's committed runs (`multi30k_seeds.json`) are never the comparison: they were
+(`annotated_transformer.helpers.verdicts.judge_against_control`: Student's paired t-test over the
+seeds at the 5% level), or, with one seed, as single runs with the CPU recipe's seed noise
+(`companions/seed_noise.py`: the recipe's seeds and these runs, pooled). The recipe's committed runs (`multi30k_seeds.json`) are never the comparison: they were
 trained on two threads by other code, and on torch 2.13 one thread and two already differ bit for
 bit in a backward pass, so their seed is not this script's seed.
 

@@ -27,12 +27,13 @@
 - `progress`: `Progress`, what training shows while it runs.
 - `prefetch`: `prefetched`, the next micro-batches built in a background thread.
 - `book_figures`: the result files the package ships, and `glue`, which hands a figure a chapter
-  computed to the book's prose (`glue_all`, `glue_verdicts`: many figures, and the rule's words).
+  computed to the book's prose (`glue_all`: many figures at once).
 - `search_tables`: the appendix's tables of the CPU recipe search, and the runs each choice rests on.
 - `collected_tests`: how many tests a test file holds and a run reported (chapter 20's GPU tests).
 - `architecture_figure`: `draw_architecture`, the paper's Figure 1 redrawn (chapter 1).
 - `attention_grid`: the grid of heatmaps that draws attention maps (chapters 14 and 20).
-- `verdicts`: `judge`, the appendix's rule for "better", "worse" or "tie" as code.
+- `verdicts`: `judge`, the appendix's rule for "better", "worse" or "tie" as code (Student's t at
+  the 5% level, the seed noise a `Noise` record measured from runs; `holm` for a family).
 - `notebook_charts`: Altair's charts as Vega-Lite outputs, which the book draws offline (the
   interactive charts of chapters 7, 14 and 17; Altair is a dependency of the book only).
 """
