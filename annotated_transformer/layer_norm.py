@@ -112,6 +112,8 @@ def layer_norm_claims(depths: Sequence[int]) -> list[Claim]:
 
 def check_layer_norm(records: Sequence[dict]) -> list[dict]:
     """`layer_norm_claims` judged on the runs of `records` by the book's rule, as chapter 18 judges
-    §6.2's (`check_claims`: means of seeds, the noise pooled over every configuration's seeds)."""
+    §6.2's (`check_claims`): Student's t-test on means of seeds, the noise pooled over every
+    configuration's seeds at the runs' one scale, and the claims' comparisons corrected together
+    as one family (Holm). Each claim's dict has its corrected "verdict" and its "uncorrected" one."""
     depths = sorted({Recipe.from_dict(run["recipe"]).model.n_layers for run in records})
     return check_claims(records, layer_norm_claims(depths))

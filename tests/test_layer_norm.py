@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from helpers import small_config
+from scipy import stats
 
 from annotated_transformer.batching import copy_task, make_batch
 from annotated_transformer.helpers import book_figures
@@ -160,7 +161,7 @@ def ln_records(bleu: dict[str, list[float]], depths=(3, 6)) -> list[dict]:
         recipe = variant.recipe(base)
         scores = bleu.get(variant.name, [10.0, 10.5, 11.0])
         records.append({"name": variant.name, "paper_change": variant.paper_change,
-                        "recipe": recipe.to_dict(),
+                        "recipe": recipe.to_dict(), "steps": recipe.train.max_steps,
                         "val_bleu": scores[recipe.train.seed]})
     return records
 
@@ -174,21 +175,45 @@ def test_the_claims_name_the_chapters_configurations():
 
 
 def test_check_layer_norm_judges_each_question_by_the_rule():
-    """Every configuration's seeds spread by 0.5 (noise 0.5, threshold 2·0.5·√(2/3) = 0.816), so
-    0.9 apart is a difference and 0.7 is not; a claim with one pair ahead and one tied is a tie.
+    """Every configuration's seeds spread by 0.5 (noise 0.5 on 8 · 2 = 16 degrees of freedom,
+    threshold t·0.5·√(2/3) = 0.865), so 0.9 apart is a difference on its own and 0.7 is not; a claim
+    with one pair ahead and one tied is a tie. The five comparisons are one family: 0.9's p-value
+    (0.043), the fourth smallest, must pass 5% / 2 after Holm's correction, and becomes a tie.
     The shallower depth of the first claim is the smaller one, whichever order the runs come in."""
     ahead = {run_name("post", 3, True): [11.4, 11.9, 12.4], run_name("pre", 3, True): [12.3, 12.8, 13.3],
              run_name("pre", 6, True): [11.2, 11.7, 12.2], run_name("post", 6, True): [10.5, 11.0, 11.5]}
     records = ln_records(ahead)
     checks = check_layer_norm(list(reversed(records)))
     assert [check["verdict"] for check in checks] == ["holds", "tie", "holds"]
+    assert [check["uncorrected"] for check in checks] == ["holds", "tie", "holds"]
+    assert {check["family"] for check in checks} == {5}
     post, pre, warmup = checks
     assert post["pairs"][0]["a"] == run_name("post", 3, True)
     assert post["pairs"][0]["verdict"].margin == pytest.approx(1.4)
-    assert post["pairs"][0]["verdict"].threshold == pytest.approx(2 * 0.5 * (2 / 3) ** 0.5)
-    assert [pair["verdict"].word for pair in pre["pairs"]] == ["better", "tie"]
+    t_16 = stats.t.ppf(0.975, 16)
+    assert post["pairs"][0]["verdict"].threshold == pytest.approx(t_16 * 0.5 * (2 / 3) ** 0.5)
+    assert [pair["uncorrected"].word for pair in pre["pairs"]] == ["better", "tie"]
+    assert [pair["verdict"].word for pair in pre["pairs"]] == ["tie", "tie"]
     assert [pair["verdict"].margin for pair in pre["pairs"]] == pytest.approx([0.9, 0.7])
     assert [pair["verdict"].margin for pair in warmup["pairs"]] == pytest.approx([2.3, 1.2])
+    assert [pair["verdict"].word for pair in warmup["pairs"]] == ["better", "better"]
+
+
+def test_holm_turns_the_chapters_claim_into_a_tie_when_both_depths_are_barely_ahead():
+    """Pre-LN 0.9 ahead of post-LN at both depths: each p = 0.043, so the claim holds uncorrected;
+    among the family's five comparisons the two are the largest p-values and fail Holm's 5% / 2."""
+    barely = {run_name("post", 3, True): [11.4, 11.9, 12.4], run_name("pre", 3, True): [12.3, 12.8, 13.3],
+              run_name("pre", 6, True): [11.4, 11.9, 12.4], run_name("post", 6, True): [10.5, 11.0, 11.5]}
+    pre = check_layer_norm(ln_records(barely))[1]
+    assert (pre["uncorrected"], pre["verdict"]) == ("holds", "tie")
+    assert all(0.025 < pair["uncorrected"].p < 0.05 for pair in pre["pairs"])
+
+
+def test_check_layer_norm_refuses_runs_of_another_scale():
+    records = ln_records({})
+    records[0] = {**records[0], "steps": records[0]["steps"] * 2}
+    with pytest.raises(ValueError, match="2 scales"):
+        check_layer_norm(records)
 
 
 def test_check_layer_norm_on_the_shipped_runs():

@@ -7,8 +7,10 @@ import math
 import shutil
 
 import pytest
+from scipy import stats
 
 from annotated_transformer import variations
+from annotated_transformer.helpers.verdicts import LEVEL, holm
 from annotated_transformer.model import TransformerConfig, config_parameter_count
 from annotated_transformer.recipes import Recipe, get_recipe
 from annotated_transformer.runs import variant_runs
@@ -113,6 +115,8 @@ def test_the_depth_of_row_c_scales_with_the_base():
 
 
 BLEU_NOISE, NLL_NOISE = 0.1, 0.001  # each fake row's seeds: its value -x, +0, +x (sample sd = x)
+T_38 = stats.t.ppf(1 - LEVEL / 2, 19 * 2)  # the t quantile of the noise pooled over 19 rows of 3 seeds
+FAKE_SCALE = {"name": "table3-paper", "max_tokens": 25000, "lr_factor": 1.0}  # what every fake run shares
 
 
 def fake_results(values: dict[str, tuple[float, float]] | None = None, seeds: int = 3) -> list[dict]:
@@ -126,7 +130,8 @@ def fake_results(values: dict[str, tuple[float, float]] | None = None, seeds: in
             nll = math.log(ppl) + offset * NLL_NOISE
             results.append({
                 "name": v.name, "row": v.row, "paper_change": v.paper_change, "paper": v.paper,
-                "recipe": {"seed": seed}, "val_nll": nll, "val_ppl": math.exp(nll),
+                "recipe": {**FAKE_SCALE, "seed": seed}, "steps": 100_000,
+                "val_nll": nll, "val_ppl": math.exp(nll),
                 "val_bleu": bleu + offset * BLEU_NOISE, "parameters": 1000,
             })
     return results
@@ -142,19 +147,41 @@ def claim(start: str, results) -> dict:
 
 def test_every_claim_holds_for_the_papers_numbers():
     """Each claim's pairs go the paper's way on its own Table 3, at a noise of 0.1 BLEU (row (E)'s
-    25.7 against 25.8 is then within the noise, as "nearly identical" says)."""
+    25.7 against 25.8 is then within the noise, as "nearly identical" says), before Holm's
+    correction and after it."""
     checks = check_claims(fake_results())
     assert len(checks) == len(variations.CLAIMS)
     assert {c["claim"]: c["verdict"] for c in checks} == {c.text: "holds" for c in variations.CLAIMS}
+    assert {c["uncorrected"] for c in checks} == {"holds"}
+    comparisons = sum(len(claim.pairs) for claim in variations.CLAIMS)
+    assert {c["family"] for c in checks} == {comparisons}
 
 
 def test_the_noise_is_the_seeds_spread_pooled_over_rows():
-    assert variations.seed_noise(fake_results(), "val_bleu") == pytest.approx(BLEU_NOISE)
-    two_rows = [{"name": "a", "x": x} for x in (1.0, 2.0, 3.0)] + [{"name": "b", "x": x} for x in (5.0, 5.0)]
+    noise = variations.seed_noise(fake_results(), "val_bleu")
+    assert noise.sd == pytest.approx(BLEU_NOISE) and (noise.dof, noise.runs) == (38, 57)
+    assert noise.scale == "table3-paper: 100,000 steps of 25,000 tokens, lr×1"
+    at_scale = {"recipe": FAKE_SCALE, "steps": 500}
+    two_rows = [{"name": "a", "x": x, **at_scale} for x in (1.0, 2.0, 3.0)]
+    two_rows += [{"name": "b", "x": x, **at_scale} for x in (5.0, 5.0)]
     # variances 1 (2 degrees of freedom) and 0 (1): pooled (2·1 + 1·0) / 3, not the mean of 1 and 0
-    assert variations.seed_noise([*two_rows, {"name": "c", "x": 9.0}], "x") == pytest.approx((2 / 3) ** 0.5)
+    pooled = variations.seed_noise([*two_rows, {"name": "c", "x": 9.0, **at_scale}], "x")
+    assert (pooled.sd, pooled.dof) == (pytest.approx((2 / 3) ** 0.5), 3)
     with pytest.raises(ValueError, match="one seed"):
         variations.seed_noise(fake_results(seeds=1), "val_bleu")
+
+
+def test_runs_of_another_scale_are_refused():
+    """A run trained longer, or with another batch or rate, has a noise of its own: a file that mixes
+    it in is refused, by the noise and by the claims, in one line that names both scales."""
+    for change in ({"steps": 200_000}, {"recipe": {**FAKE_SCALE, "seed": 0, "lr_factor": 0.5}}):
+        results = fake_results()
+        results[4] = {**results[4], **change}
+        with pytest.raises(ValueError, match="2 scales, not one") as refused:
+            variations.seed_noise(results, "val_bleu")
+        assert "\n" not in str(refused.value) and "100,000 steps" in str(refused.value)
+        with pytest.raises(ValueError, match="2 scales"):
+            check_claims(results)
 
 
 def test_claims_fail_when_the_numbers_say_otherwise():
@@ -165,14 +192,39 @@ def test_claims_fail_when_the_numbers_say_otherwise():
 
 
 def test_a_difference_within_the_noise_is_a_tie():
-    """Without dropout 25.70 against the base's 25.80: 0.10 BLEU, within 2·0.1·√(2/3) = 0.163; 25.60 is
-    beyond it. With one side ahead and the other tied, a claim of two pairs is a tie too."""
+    """Without dropout 25.70 against the base's 25.80: 0.10 BLEU, within t·0.1·√(2/3) = 0.165 (Student's
+    t on the pooled noise's 38 degrees of freedom); 25.50 is beyond it. With one side ahead and the
+    other tied, a claim of two pairs is a tie too."""
     tied = claim("(D) dropout", fake_results({"P_drop=0.0": (5.77, 25.70)}))
-    assert tied["verdict"] == "tie"
-    assert tied["pairs"][0]["verdict"].threshold == pytest.approx(0.2 * (2 / 3) ** 0.5)
-    assert claim("(D) dropout", fake_results({"P_drop=0.0": (5.77, 25.60)}))["verdict"] == "holds"
+    assert tied["verdict"] == tied["uncorrected"] == "tie"
+    assert tied["pairs"][0]["verdict"].threshold == pytest.approx(T_38 * 0.1 * (2 / 3) ** 0.5)
+    assert tied["pairs"][0]["verdict"].dof == 38
+    assert claim("(D) dropout", fake_results({"P_drop=0.0": (5.77, 25.50)}))["verdict"] == "holds"
     half = claim("(C) wider", fake_results({"d_model=1024, d_k=d_v=128": (4.92 * 0.9995, 26.0)}))
     assert [p["verdict"].word for p in half["pairs"]] == ["better", "tie"] and half["verdict"] == "tie"
+
+
+def test_holm_turns_a_claim_that_holds_alone_into_a_tie_among_many():
+    """Without dropout 25.62 against the base's 25.80: p = 0.034 on its own, a difference at 5%, so the
+    claim holds before the correction. Among the 16 comparisons of the claims, its p-value is the 15th
+    smallest and must pass 5% / 2 = 0.025 (Holm's step), so after the correction it is a tie. Judged
+    as the only question asked, it holds."""
+    results = fake_results({"P_drop=0.0": (5.77, 25.62)})
+    dropout = claim("(D) dropout", results)
+    pair = dropout["pairs"][0]
+    assert pair["uncorrected"].word == "better" and 0.025 < pair["uncorrected"].p < LEVEL
+    assert pair["verdict"].word == "tie" and pair["verdict"].p == pair["uncorrected"].p
+    assert (dropout["uncorrected"], dropout["verdict"], dropout["family"]) == ("holds", "tie", 16)
+    family = [p["uncorrected"] for c in check_claims(results) for p in c["pairs"]]
+    assert [v.word for v in holm(family)].count("tie") == [v.word for v in family].count("tie") + 1
+    alone = [c for c in variations.CLAIMS if c.text.startswith("(D) dropout")]
+    (only,) = check_claims(results, alone)
+    assert (only["verdict"], only["family"]) == ("holds", 1)
+
+
+def test_a_claim_left_out_is_not_in_the_family():
+    results = [r for r in fake_results() if r["row"] != "A"]
+    assert {c["family"] for c in check_claims(results)} == {16 - 2}
 
 
 def test_the_best_of_several_rows_is_the_one_compared():
