@@ -97,7 +97,7 @@ unit: setup
 # so the checked cells must not depend on the CPU's kernels (see make test-cpus).
 NBVAL_DIR := build/nbval
 nbval: setup
-	rm -rf $(NBVAL_DIR) && mkdir -p $(NBVAL_DIR)/wheel $(NBVAL_DIR)/site $(NBVAL_DIR)/book
+	rm -rf $(NBVAL_DIR) build/lib build/bdist.* && mkdir -p $(NBVAL_DIR)/wheel $(NBVAL_DIR)/site $(NBVAL_DIR)/book
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation --no-index -w $(NBVAL_DIR)/wheel .
 	$(BIN)/python -m pip install --quiet --no-deps --no-index --target $(NBVAL_DIR)/site $(NBVAL_DIR)/wheel/*.whl
 	cp book/*.ipynb $(NBVAL_DIR)/book/

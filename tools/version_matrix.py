@@ -266,6 +266,10 @@ def run(args: list[str], log, env: dict | None = None, cwd: Path = ROOT) -> subp
 def build_wheel(work: Path, log) -> Path:
     out = work / "wheel"
     shutil.rmtree(out, ignore_errors=True)
+    # setuptools builds in the checkout's build/lib and keeps what an earlier build left there: a
+    # module since renamed or removed would ride along in the wheel, so the tree is cleared first.
+    for stale in [ROOT / "build" / "lib", *ROOT.glob("build/bdist.*")]:
+        shutil.rmtree(stale, ignore_errors=True)
     result = run([uv(), "build", "--wheel", "--out-dir", str(out), str(ROOT)], log, env=uv_env(work))
     if result.returncode != 0:
         raise SystemExit(f"version_matrix: building the wheel failed:\n{result.stdout}")
