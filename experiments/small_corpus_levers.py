@@ -6,9 +6,10 @@ same command, the same number of threads and side by side with the levers, and c
 lever's run with the control's run of the same seed: paired, by the appendix's rule
 (`annotated_transformer.helpers.verdicts.judge_against_control`: Student's paired t-test over the
 seeds at the 5% level), or, with one seed, as single runs with the CPU recipe's seed noise
-(`companions/seed_noise.py`: the recipe's seeds and these runs, pooled). The recipe's committed runs (`multi30k_seeds.json`) are never the comparison: they were
-trained on two threads by other code, and on torch 2.13 one thread and two already differ bit for
-bit in a backward pass, so their seed is not this script's seed.
+(`companions/seed_noise.py`: the recipe's seeds and these runs, pooled). The recipe's committed
+runs (`multi30k_seeds.json`) are never the comparison: they were trained on two threads by other
+code, and on torch 2.13 one thread and two already differ bit for bit in a backward pass, so their
+seed is not this script's seed.
 
     python experiments/small_corpus_levers.py --data-dir DIR               # everything, 3 to 5 hours
     python experiments/small_corpus_levers.py --data-dir DIR --score-only  # the summary again
