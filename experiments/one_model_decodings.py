@@ -14,13 +14,13 @@ cased BLEU, the verdicts, the hardware, the commit and the command.
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from small_corpus_levers import commit_of_checkout  # experiments/ is beside this script
 
 from annotated_transformer import Translator, corpus
 from annotated_transformer.companions.hardware import describe_hardware
@@ -34,15 +34,6 @@ OUT = ROOT / "annotated_transformer" / "results" / "multi30k_decodings.json"
 DECODINGS = {"beam 4, alpha 1.4": (4, 1.4), "greedy": (1, 1.4), "beam 4, alpha 0.6": (4, 0.6)}
 COMPARISONS = [("beam 4, alpha 1.4", "greedy"), ("beam 4, alpha 1.4", "beam 4, alpha 0.6")]
 TINY_SENTENCES = 12
-
-
-def commit_of_checkout() -> str | None:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip()
 
 
 def decode(pairs: list[tuple[str, str]]) -> dict:
