@@ -33,10 +33,12 @@ no clock, so that how busy the machine was changes its speed but not its result.
 
 `--matched` asks another question, at matched compute: each lever gets the minutes the control's
 own steps take, not the recipe's half hour. The control trains the recipe's steps and a dearer lever
-int(the control's steps / its cost ratio), the ratio measured the way the runs train
-(`--cost-threads` defaults to `--threads` there); its runs go to runs/levers-matched and its summary
-to multi30k_levers_matched.json, with each arm's minutes from the runs themselves, so that a reader
-sees how closely they matched.
+int(the control's steps / its cost ratio), the ratio taken from the runs themselves: the seconds per
+step of the first command's runs (multi30k_levers.json), when they were trained on this machine with
+the same --threads and --parallel, else measured at `--threads` in one process (`--cost-threads`
+defaults to `--threads` there; `--step-cost` measures anyway); its runs go to runs/levers-matched and
+its summary to multi30k_levers_matched.json, with each arm's minutes from the runs themselves, so that
+a reader sees how closely they matched.
 
 Every run records the commit and the command it was made from (`RUN.made_by.json` beside its run
 directory, written when it starts): a run reused from other code shows "commit": null, or another.
@@ -49,7 +51,8 @@ over the seeds both α trained). The step costs are kept with the runs (step_cos
 --runs-dir), so that the command run again after an interruption resumes each run directory to
 the same plan (one trained to other steps or threads is refused); a finished run is only scored
 (its score is kept beside it). The test set is scored only for a lever that the rule finds better
-than the control on validation, and for the control's runs beside it. The summary goes to
+than the control on validation, and for the control's runs beside it; with --matched, for every
+lever and the control (that question was fixed before its runs). The summary goes to
 annotated_transformer/results/multi30k_levers.json, and the appendix and book/results.md take their
 numbers from it; the tiny mode writes to its own temporary folder, never there.
 """
@@ -206,6 +209,25 @@ def measure_step_cost(args: argparse.Namespace) -> tuple[dict, dict]:
     return costs, measurement
 
 
+def step_costs_of_runs(summary: dict) -> dict:
+    """Seconds per step of the control and of each lever in COST_LEVERS from a result file's runs
+    themselves (each run's minutes over its steps, the mean over its seeds), and each one's ratio to
+    the control's: the cost as runs side by side at one thread pay it, which one process alone does
+    not see (there a dearer step shares the machine with nobody)."""
+    arms = {CONTROL: summary["control"]["runs"],
+            **{name: lever["runs"] for name, lever in summary["levers"].items() if name in COST_LEVERS}}
+    seconds = {name: statistics.fmean(run["seconds_per_step"] for run in runs) for name, runs in arms.items()}
+    return {name: {"seconds_per_step": round(value, 4), "ratio": round(value / seconds[CONTROL], 3)}
+            for name, value in seconds.items()}
+
+
+def runs_trained_here(summary: dict, args: argparse.Namespace, here: dict) -> bool:
+    """Whether `summary`'s runs were trained the way this command trains: this machine, --threads a
+    run, --parallel side by side."""
+    return (bool(summary.get("control", {}).get("runs")) and summary.get("threads") == args.threads
+            and summary.get("parallel") == args.parallel and machine(summary.get("hardware") or {}) == here)
+
+
 def run_dir_of(name: str, seed: int, args: argparse.Namespace) -> Path:
     return args.runs_dir / f"{name}-seed{seed}"
 
@@ -352,9 +374,11 @@ def score(run_dir: Path, args: argparse.Namespace, split: str = "val") -> float:
 
 def score_test(levers: dict, control: dict, args: argparse.Namespace) -> list[str]:
     """The test set, scored only for the levers the rule finds better than the control on
-    validation (chosen there, never here), and for the control's runs beside them; each run gains
-    "test", each scored side a "test_mean". Returns the names scored."""
-    better = [name for name, lever in levers.items() if lever["verdict"] == "better"]
+    validation (chosen there, never here), and for the control's runs beside them; with --matched,
+    for every lever and the control, since that question was fixed before the runs (the lever and
+    its setting were chosen on validation by the first runs) and the test set chooses nothing. Each
+    run gains "test", each scored side a "test_mean". Returns the names scored."""
+    better = [name for name, lever in levers.items() if args.matched or lever["verdict"] == "better"]
     if not better:
         return []
     for side in [control, *(levers[name] for name in better)]:
@@ -594,7 +618,9 @@ def summarize(args: argparse.Namespace, step_costs: dict, measurement: dict) -> 
         "scored_with": scoring(args),
         "test_scored": {"levers": test_scored,
                         "rule": "the test set is scored only for a lever the rule finds better than the "
-                                "control on validation, and for the control's runs beside it"},
+                                "control on validation, and for the control's runs beside it"
+                                + ("; at matched compute, every lever and the control: the question was "
+                                   "fixed before the runs" if args.matched else "")},
         "budget_minutes": budget_minutes(args, step_costs) if CONTROL in step_costs else None,
         "steps_rule": "budget_steps: the recipe's max_steps (fewer if the control's measured step buys fewer "
                       "in the budget); a lever within 5% of the control's step cost trains the control's "
@@ -685,7 +711,18 @@ def main(argv: list[str] | None = None) -> dict:
     here = machine(describe_hardware(torch.device("cpu")))
     measured_here = CONTROL in step_costs and machine(measurement.get("hardware", {})) == here
     command = "python experiments/small_corpus_levers.py " + " ".join(args.argv)
-    if args.step_cost or (not args.score_only and not measured_here):
+    unmatched = json.loads(OUT.read_text(encoding="utf-8")) if OUT.exists() and not args.tiny else {}
+    if (args.matched and not args.step_cost and not kept.exists() and not args.score_only
+            and runs_trained_here(unmatched, args, here)):
+        # At matched compute the plan takes its costs from the runs themselves: the first levers'
+        # runs, trained on this machine side by side as these will be.
+        step_costs = step_costs_of_runs(unmatched)
+        measurement = {"from_runs_of": OUT.name, "threads": args.threads, "parallel": args.parallel,
+                       "hardware": unmatched["hardware"], "command": command}
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(kept, json.dumps({"step_costs": step_costs, "step_cost_measurement": measurement},
+                                           indent=1) + "\n")
+    elif args.step_cost or (not args.score_only and not measured_here):
         step_costs, measurement = measure_step_cost(args)
         measurement["command"] = command
         kept.parent.mkdir(parents=True, exist_ok=True)

@@ -173,6 +173,20 @@ def test_the_test_set_is_scored_only_for_a_lever_found_better_on_validation(monk
     assert levers.score_test(summary, {"runs": [run("control", 0, 41.0)]}, args) == [] and scored == []
 
 
+def test_at_matched_compute_the_test_set_is_scored_for_every_lever_and_the_control(monkeypatch):
+    """--matched asks a question fixed before its runs: the test set is scored whatever validation says."""
+    scored = []
+    monkeypatch.setattr(levers, "score",
+                        lambda run_dir, args, split: scored.append((run_dir.name, split)) or 40.0)
+    control = {"runs": [run("control", 0, 41.0), run("control", 1, 41.5)]}
+    summary = {"rdrop": {"verdict": "tie", "runs": [run("rdrop", 0, 41.2), run("rdrop", 1, 41.4)]}}
+    assert levers.score_test(summary, control, levers.parse(["--matched"])) == ["rdrop"]
+    assert scored == [("control-seed0", "test"), ("control-seed1", "test"), ("rdrop-seed0", "test"),
+                      ("rdrop-seed1", "test")]
+    scored.clear()
+    assert levers.score_test(summary, control, levers.parse([])) == [] and scored == []  # unmatched: not
+
+
 # The tiny mode, end to end.
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # the checkout's commit, as git would give it
@@ -259,3 +273,21 @@ def test_a_run_not_started_by_the_script_shows_no_commit(tmp_path):
 def test_the_tiny_mode_never_writes_the_committed_result():
     with pytest.raises(SystemExit):
         levers.parse(["--tiny", "--out", str(levers.OUT)])
+
+
+def test_matched_compute_plans_from_the_seconds_per_step_of_the_runs_themselves():
+    """The first levers' runs, side by side at one thread: R-Drop 0.58 s a step, the control 0.32."""
+    summary = {"control": {"runs": [{"seconds_per_step": 0.31}, {"seconds_per_step": 0.33}]},
+               "levers": {"rdrop": {"runs": [{"seconds_per_step": 0.57}, {"seconds_per_step": 0.59}]},
+                          "rdrop-alpha5": {"runs": [{"seconds_per_step": 0.9}]}},  # R-Drop's cost is rdrop's
+               "threads": 1, "parallel": 2, "hardware": {"cpu": "AMD EPYC", "cpu_kernels": "AVX512"}}
+    costs = levers.step_costs_of_runs(summary)
+    assert costs == {"control": {"seconds_per_step": 0.32, "ratio": 1.0},
+                     "rdrop": {"seconds_per_step": 0.58, "ratio": 1.812}}
+    args = levers.parse(["--matched"])
+    assert levers.planned_steps(["control", "rdrop"], args, costs) == {"control": 9224, "rdrop": 5090}
+    here = levers.machine(summary["hardware"])
+    assert levers.runs_trained_here(summary, args, here)
+    xeon = {"cpu": "Intel Xeon", "cpu_kernels": "AVX512"}
+    for changed in ({"threads": 2}, {"parallel": 1}, {"hardware": xeon}):
+        assert not levers.runs_trained_here({**summary, **changed}, args, here), changed
