@@ -22,7 +22,7 @@ BOOK_FLAGS := -W -n --keep-going --all
 LINT_PATHS := book annotated_transformer tests tools benchmarks experiments
 
 .DEFAULT_GOAL := help
-.PHONY: help setup main test lint unit nbval book browser-test bench export notebooks clean distclean test-cpus matrix
+.PHONY: help setup main test lint unit nbval book browser-test bench export notebooks clean distclean test-cpus matrix mutants
 
 help:
 	@echo "make main       set up .venv if needed, then train, evaluate and use a translator (built-in corpus)"
@@ -34,6 +34,8 @@ help:
 	@echo "make bench      run the speed benchmarks (benchmarks/run_all.py; minutes, prints a table)"
 	@echo "make matrix     unit tests in fresh environments: every dependency at its floor, Colab's, the newest"
 	@echo "                (tools/version_matrix.py, uv; writes VERSIONS.md and VERSIONS.json; not part of test)"
+	@echo "make mutants    mutation testing of the modules that carry the book's promises (mutmut; hours;"
+	@echo "                one module: make mutants MUTANTS_ARGS=verdicts; writes MUTANTS.md and MUTANTS.json)"
 	@echo "make export     regenerate annotated_transformer/ from the notebooks in book/ (nbdev-export)"
 	@echo "make notebooks  export, then re-execute every notebook in place (fresh committed outputs)"
 	@echo "make clean      remove build outputs and caches (make distclean also removes .venv)"
@@ -145,6 +147,16 @@ MATRIX_ARGS ?= --parallel
 matrix: setup
 	@command -v uv >/dev/null || test -x $(BIN)/uv || $(BIN)/python -m pip install $(PIP_FLAGS) uv
 	nice -n 10 $(BIN)/python tools/version_matrix.py $(MATRIX_ARGS)
+
+# --- mutation testing ---------------------------------------------------------------------------
+# Each module that carries the book's promises, mutated by mutmut and run against its own tests
+# (tools/mutants.py; hours for all on two cores): MUTANTS.md and MUTANTS.json, which are committed.
+# One module: make mutants MUTANTS_ARGS=verdicts (names: python tools/mutants.py --list).
+MUTANTS_ARGS ?=
+
+mutants: setup
+	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/python -m pip install $(PIP_FLAGS) -e ".[mutants]"
+	nice -n 10 $(BIN)/python tools/mutants.py $(MUTANTS_ARGS)
 
 # --- benchmarks (speed goals live here, never in the tests) -------------------------------------
 

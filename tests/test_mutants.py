@@ -1,0 +1,147 @@
+"""The mutation-testing tool (tools/mutants.py, `make mutants`): which modules and tests it runs, how it
+reads mutmut's statuses, names a mutant across runs, leaves out the listed equivalent mutants, and
+scores each module. The mutation runs themselves take hours and are not run here."""
+
+import json
+from pathlib import Path
+
+import mutants  # tools/ is on pytest's pythonpath (pyproject.toml)
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RESULTS = """\
+    annotated_transformer.helpers.verdicts.x_holm__mutmut_1: killed
+    annotated_transformer.helpers.verdicts.x_holm__mutmut_2: survived
+    annotated_transformer.helpers.verdicts.xǁVerdictǁ__repr____mutmut_3: no tests
+    annotated_transformer.helpers.verdicts.x_judge__mutmut_4: timeout
+    annotated_transformer.helpers.verdicts.x_judge__mutmut_5: skipped
+    annotated_transformer.helpers.verdicts.x_judge__mutmut_6: survived
+"""
+DIFF = """\
+--- annotated_transformer/helpers/verdicts.py
++++ annotated_transformer/helpers/verdicts.py
+@@ -1,3 +1,3 @@
+ def holm(verdicts):
+-    if p < level:
++    if p <= level:
+         return 1
+"""
+
+
+def test_every_listed_module_and_test_file_is_in_the_checkout():
+    for name, module in mutants.MODULES.items():
+        assert (ROOT / module.path).is_file(), name
+        assert module.tests and all((ROOT / test).is_file() for test in module.tests), name
+
+
+def test_the_issues_modules_are_all_listed():
+    """The modules that carry the book's promises: attention and the model, the training step and its
+    schedule, decoding and the translator, checkpoints, the command line, the verdict rule, the
+    vocabulary and BPE, the run directory and the attention explorer's data."""
+    paths = {module.path.rsplit("/", 1)[-1] for module in mutants.MODULES.values()}
+    assert {"attention.py", "multi_head_attention.py", "model.py", "training.py", "optimizer.py",
+            "decoding.py", "translator.py", "checkpoints.py", "commands.py", "verdicts.py", "tokenization.py",
+            "run_directory.py", "run_files.py", "attention_explorer.py"} <= paths
+
+
+def test_mutmut_is_configured_for_one_module_and_its_tests():
+    module = mutants.MODULES["verdicts"]
+    config = tomllib.loads(mutants.mutmut_config(module))["tool"]["mutmut"]
+    assert config["source_paths"] == ["annotated_transformer/helpers/verdicts.py"]
+    assert config["pytest_add_cli_args_test_selection"] == ["tests/test_verdicts.py"]
+    assert "annotated_transformer" in config["also_copy"]  # the rest of the package, unmutated
+
+
+def test_results_are_read_name_by_name():
+    found = dict(mutants.parse_results(RESULTS))
+    assert len(found) == 6
+    assert found["annotated_transformer.helpers.verdicts.xǁVerdictǁ__repr____mutmut_3"] == "no tests"
+    assert found["annotated_transformer.helpers.verdicts.x_judge__mutmut_4"] == "timeout"
+
+
+def test_a_mutant_is_named_by_its_function_and_the_lines_it_changes():
+    assert mutants.function_of("annotated_transformer.helpers.verdicts.x_holm__mutmut_2") == "holm"
+    assert mutants.function_of("annotated_transformer.helpers.verdicts.xǁVerdictǁ__repr____mutmut_3") == (
+        "Verdict.__repr__")
+    assert mutants.changed_lines(DIFF) == ["- if p < level:", "+ if p <= level:"]
+
+
+def summary_of(equivalent: dict) -> dict:
+    found = dict(mutants.parse_results(RESULTS))
+    diffs = {name: DIFF if "holm" in name else "-    a\n+    b\n" for name in found}
+    return mutants.summarize("verdicts", found, diffs, equivalent)
+
+
+def test_the_score_is_killed_and_timed_out_over_mutants_run_and_not_equivalent():
+    summary = summary_of({})
+    assert summary["mutants"] == 6 and summary["killed"] == 2 and summary["timeout"] == 1
+    assert summary["not_run"] == 1 and summary["survived"] == 3 and summary["equivalent"] == 0
+    assert summary["score"] == pytest.approx(2 / 5)  # "no tests" counts against the score
+    assert [s["function"] for s in summary["survivors"]] == ["holm", "judge", "Verdict.__repr__"]
+
+
+def test_an_equivalent_mutant_is_matched_by_function_and_lines_only():
+    listed = {"verdicts": [{"function": "holm", "lines": ["- if p < level:", "+ if p <= level:"],
+                            "why": "p equals the level only on a set of measure zero"}]}
+    summary = summary_of(listed)
+    assert summary["equivalent"] == 1 and summary["survived"] == 2
+    assert summary["score"] == pytest.approx(2 / 4)
+    assert summary["equivalent_mutants"][0]["why"].startswith("p equals")
+    other_function = {"verdicts": [{**listed["verdicts"][0], "function": "judge"}]}
+    assert summary_of(other_function)["equivalent"] == 0
+    other_lines = {"verdicts": [{**listed["verdicts"][0], "lines": ["- if p < level:", "+ if p > level:"]}]}
+    assert summary_of(other_lines)["equivalent"] == 0
+    assert summary_of({"tokenization": listed["verdicts"]})["equivalent"] == 0  # another module's
+
+
+def test_an_equivalent_entry_without_a_reason_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "equivalent.json"
+    entry = {"function": "holm", "lines": [], "why": " "}
+    path.write_text(json.dumps({"verdicts": [entry]}), encoding="utf-8")
+    monkeypatch.setattr(mutants, "EQUIVALENT", path)
+    with pytest.raises(SystemExit, match="an entry of verdicts lacks function, lines or why"):
+        mutants.load_equivalent()
+
+
+def test_the_committed_equivalents_name_listed_modules_with_reasons():
+    for module, rows in mutants.load_equivalent().items():
+        assert module in mutants.MODULES, module
+        assert all(row["lines"] and len(row["why"]) > 20 for row in rows), module
+
+
+def test_the_report_has_a_row_per_module_and_lists_each_survivor():
+    row = {**summary_of({}), "minutes": 1.5, "commit": "0123456789abcdef"}
+    text = mutants.markdown({"modules": {"verdicts": row}})
+    assert "| verdicts | 6 | 2 | 3 | 0 | 1 | 40.0% | 1.5 | 0123456789 |" in text
+    assert "## verdicts: 3 surviving" in text
+    assert "`holm` (survived): `- if p < level:`; `+ if p <= level:`" in text
+
+
+def test_an_unknown_module_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        mutants.main(["attn"])
+    assert "no module attn in MODULES: choose from attention, " in capsys.readouterr().err
+
+
+def test_cosmic_ray_is_configured_with_the_modules_tests_and_its_outcomes_counted():
+    import mutation_tools  # benchmarks/ is on pytest's pythonpath
+
+    config = tomllib.loads(mutation_tools.cosmic_ray_config(mutants.MODULES["verdicts"]))["cosmic-ray"]
+    assert config["module-path"] == "annotated_transformer/helpers/verdicts.py"
+    assert config["test-command"].endswith("-m pytest -x -q -p no:cacheprovider tests/test_verdicts.py")
+    dump = "\n".join(json.dumps(pair) for pair in (
+        [{"job_id": "1"}, {"test_outcome": "killed"}], [{"job_id": "2"}, {"test_outcome": "survived"}],
+        [{"job_id": "3"}, {"test_outcome": "killed"}], [{"job_id": "4"}, None]))
+    assert mutation_tools.outcomes(dump + "\n") == {"killed": 2, "survived": 1, "not run": 1}
+
+
+def test_the_report_shows_the_two_tools_compared():
+    tools = [{"tool": "mutmut 3", "mutants": 75, "killed": 70, "minutes": 2.0},
+             {"tool": "cosmic-ray 8", "mutants": 60, "killed": 50, "minutes": 9.5}]
+    text = mutants.markdown({"modules": {}, "comparison": {
+        "module": "attention", "command": "python benchmarks/mutation_tools.py attention",
+        "machine": "x86_64, 2 cores, AVX512 kernels", "date": "2026-12-02", "tools": tools}})
+    assert "## Two tools on `attention`" in text
+    assert "| mutmut 3 | 75 | 70 | 2.0 |" in text and "| cosmic-ray 8 | 60 | 50 | 9.5 |" in text
