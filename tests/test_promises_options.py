@@ -465,3 +465,16 @@ def test_an_overflow_in_one_micro_batch_skips_the_whole_step_and_training_goes_o
     assert any(not torch.equal(a, b) for a, b in zip(snapshots[1], snapshots[2], strict=True))  # step 3 taken
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
     assert trainer.scaler.get_scale() == 2.0**11  # halved once, for the one skipped step
+
+
+def test_average_refuses_a_count_beside_a_list_of_files(tmp_path):
+    """--last chooses among a directory's checkpoints: beside listed files it would be ignored."""
+    from annotated_transformer.cli.commands import _resolve_checkpoints
+
+    files = []
+    for step in (1, 2, 3):
+        files.append(tmp_path / f"step_{step:08d}.pt")
+        files[-1].write_bytes(b"")
+    assert _resolve_checkpoints(files, None) == files
+    with pytest.raises(ValueError, match=r"^--last 2 chooses among a directory's checkpoints: give one "):
+        _resolve_checkpoints(files, 2)

@@ -83,11 +83,16 @@ __all__ = [
 # --- average ---------------------------------------------------------------------------------------
 
 
-def _resolve_checkpoints(sources: Sequence[Path], last: int) -> list[Path]:
-    """The checkpoint files to average: the newest `last` of a directory, or the files given."""
-    if last < 1:
+AVERAGE_LAST = 5  # the base model's checkpoints averaged in §6.1
+
+
+def _resolve_checkpoints(sources: Sequence[Path], last: int | None) -> list[Path]:
+    """The checkpoint files to average: the newest `last` of a directory (AVERAGE_LAST when None), or
+    the files given (with `last` None: a count beside a list of files would be ignored)."""
+    if last is not None and last < 1:
         raise ValueError(f"--last must be at least 1, got {last}")
     if len(sources) == 1 and sources[0].is_dir():
+        last = AVERAGE_LAST if last is None else last
         found = checkpoint_paths(sources[0])
         if not found:
             raise FileNotFoundError(
@@ -100,6 +105,9 @@ def _resolve_checkpoints(sources: Sequence[Path], last: int) -> list[Path]:
                 f"average fewer, or train longer"
             )
         return found[-last:]
+    if last is not None:
+        raise ValueError(f"--last {last} chooses among a directory's checkpoints: give one directory, or "
+                         "list only the checkpoint files to average")
     for path in sources:
         if path.is_dir():
             raise ValueError(f"{path} is a directory: give one directory, or checkpoint files only")
@@ -521,8 +529,9 @@ def build_parser(extra_commands: Sequence[Callable] = ()) -> argparse.ArgumentPa
         help="a directory of step_*.pt checkpoints (its newest --last are averaged), or the files",
     )
     average.add_argument(
-        "--last", "-k", type=int, default=5,
-        help="with a directory: how many of its newest checkpoints to average (default 5, as §6.1)",
+        "--last", "-k", type=int, default=None,
+        help=f"with a directory: how many of its newest checkpoints to average (default {AVERAGE_LAST}, "
+             "as §6.1)",
     )
     average.add_argument(
         "--output", "-o", required=True, help="where to write the averaged checkpoint"
