@@ -23,7 +23,10 @@ def attention_maps(model: Transformer, source: Sequence[int], target: Sequence[i
     Returns "encoder" (layers, heads, S, S), "decoder" (layers, heads, T, T) and "cross"
     (layers, heads, T, S), where the decoder's T positions read `[BOS] + target`.
     """
-    batch = make_batch([(list(source), list(target))], device=next(model.parameters()).device)
+    # A translation cut at the model's max_len (it never ended) is one position too long to be read
+    # after [BOS]; its last piece predicts nothing there, so it is left out.
+    target = list(target)[: model.config.max_len - 1]
+    batch = make_batch([(list(source), target)], device=next(model.parameters()).device)
     modules = {
         "encoder": [layer.self_attn for layer in model.encoder.layers],
         "decoder": [layer.self_attn for layer in model.decoder.layers],

@@ -171,6 +171,18 @@ def test_attention_maps_are_the_weights_of_each_layers_and_heads_own_module(tran
             torch.testing.assert_close(maps[kind].double(), reference[kind], atol=1e-5, rtol=1e-5)
 
 
+def test_a_translation_that_never_ended_is_read_up_to_the_models_positions(translator, views):
+    """A translation cut at max_len (no end of sentence) fills every position the model has: read
+    after [BOS], its last piece, which predicts nothing, is left out, and the maps cover the rest."""
+    source, target = views["sources"][0], views["targets"][0]
+    max_len = translator.model.config.max_len
+    long = (target * (max_len // len(target) + 1))[:max_len]  # max_len pieces: one past the table
+    maps = attention_maps(translator.model, source, long)
+    assert maps["decoder"].shape[-2:] == (max_len, max_len) and maps["cross"].shape[-2] == max_len
+    reference = reference_maps(translator.model, source, long[: max_len - 1])
+    torch.testing.assert_close(maps["decoder"].double(), reference["decoder"], atol=1e-5, rtol=1e-5)
+
+
 def words_of(pieces: list[str]) -> list[str]:
     """The words that the explorer's pieces spell: a piece ending in "-" continues into the next."""
     return "".join(piece[:-1] if piece.endswith("-") else piece + " " for piece in pieces).split()

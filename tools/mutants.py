@@ -206,8 +206,11 @@ def run_module(name: str, module: Module, mutmut: str, children: int, keep: Path
         with open(LOGS / f"{name}.log", "w", encoding="utf-8") as out:
             out.write(f"\n== {name}: {module.path}\n")
             out.flush()
-            subprocess.run([mutmut, "run", "--max-children", str(children)], cwd=work, env=env, stdout=out,
-                           stderr=subprocess.STDOUT, check=False)
+            ran = subprocess.run([mutmut, "run", "--max-children", str(children)], cwd=work, env=env,
+                                 stdout=out, stderr=subprocess.STDOUT, check=False)
+        if ran.returncode:
+            raise SystemExit(f"mutmut stopped on {name} (exit status {ran.returncode}): "
+                             f"see {LOGS / name}.log")
         found = statuses(work, mutmut)
         diffs = {mutant: subprocess.run([mutmut, "show", mutant], cwd=work, capture_output=True, text=True,
                                         check=False).stdout
