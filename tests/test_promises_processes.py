@@ -200,10 +200,6 @@ def test_only_rank_0_of_a_distributed_session_changes_its_run_directory(
         assert ("note: " in printed.err) == damaged
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="real bug: every rank writes vocab.json and cache/ (runs/translation_files.py "
-                   "load_vocabularies, companions/corpus_cache.py cached_encode_pairs, runs/fingerprints.py "
-                   "check_rebuilt_vocabulary's set_aside)")
 @pytest.mark.parametrize("start", ["new run", "damaged vocab.json"])
 def test_a_second_rank_writes_no_vocabulary_nor_encoded_corpus(start, join_group, tiny_run, tmp_path):
     """Rank 1 of a new run, or of a run whose vocab.json is damaged, builds the vocabulary and encodes
@@ -470,9 +466,6 @@ def test_a_shipped_translator_missing_a_file_is_refused(file, tmp_path):
         pretrained.pretrained_dir("tiny", root)
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason="real bug: runs/pretrained.py pretrained_dir reads "
-                   "expected[file] without a check, so a result file that records no digest for a file "
-                   "raises KeyError('recipe.json'), not the 'is damaged' error")
 def test_a_shipped_translator_whose_result_file_records_no_digest_for_a_file_is_refused(tmp_path):
     """A result file without the digest of one of the files cannot vouch for it: refused as damaged."""
     root = shipped(tmp_path, lambda digests: digests.pop("recipe.json"))

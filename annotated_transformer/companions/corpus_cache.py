@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.helpers.files import atomic_save
+from annotated_transformer.helpers.processes import is_main_process
 from annotated_transformer.tokenization import (BPE, BatchSequence, EncodedPairs, Vocabularies, sample_merges,
                                                 encode_pairs, token_batches)
 
@@ -70,7 +71,7 @@ def cached_encode_pairs(
     pairs: Sequence[tuple[str, str]], vocabs: Vocabularies, cache_dir: str | Path | None
 ) -> EncodedPairs:
     """`encode_pairs(pairs, vocabs)`, read from `cache_dir/encoded-<key>.pt` when that exists and is
-    sound, otherwise computed and written there (`cache_dir=None`: no cache)."""
+    sound, otherwise computed and written there by the main process (`cache_dir=None`: no cache)."""
     if cache_dir is None:
         return encode_pairs(pairs, vocabs)
     key = corpus_key(pairs, vocabs)
@@ -83,7 +84,8 @@ def cached_encode_pairs(
         except Exception:  # a truncated or foreign file: fall through and rebuild it
             pass
     encoded = encode_pairs(pairs, vocabs)
-    atomic_save({"key": key, "source": pack(encoded.source), "target": pack(encoded.target)}, path)
+    if is_main_process():  # the other ranks of a distributed run encode the same pairs and write nothing
+        atomic_save({"key": key, "source": pack(encoded.source), "target": pack(encoded.target)}, path)
     return encoded
 
 

@@ -48,11 +48,15 @@ def check_run_vocabulary(run_dir: str | Path, vocabs: Vocabularies) -> None:
                       ": put the run's own vocab.json back, or train in a new run directory")
 
 
-def check_rebuilt_vocabulary(run_dir: str | Path, vocabs: Vocabularies, damaged: VocabularyError) -> None:
+def check_rebuilt_vocabulary(run_dir: str | Path, vocabs: Vocabularies, damaged: VocabularyError, *,
+                             set_aside_damaged: bool = True) -> None:
     """A run's `vocab.json` was `damaged` and `vocabs` were built again from the training data
     (building is deterministic, chapter 13): refuse them unless their fingerprint is the one the run's
-    checkpoints recorded, else say so and keep the damaged file beside them as vocab.json.damaged."""
+    checkpoints recorded, else say so and keep the damaged file beside them as vocab.json.damaged
+    (`set_aside_damaged`: the main process; the others only check)."""
     _check_vocabulary(run_dir, vocabs, f"{damaged}; built again, it is not the vocabulary",
                       ": restore vocab.json from a backup, or train in a new run directory")
+    if not set_aside_damaged:
+        return
     note(f"{damaged}; built it again from the training data (kept the damaged file as "
          f"{set_aside(RunDirectory(run_dir).vocab).name})")

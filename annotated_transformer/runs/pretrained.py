@@ -56,13 +56,13 @@ def describe(name: str, root: Path | None = None) -> dict[str, Any]:
 
 def pretrained_dir(name: str, root: Path | None = None) -> Path:
     """The folder of the shipped translator `name`, after checking that each file is the one its
-    result file names (a damaged or replaced file is refused, never read)."""
+    result file names (a damaged or replaced file, or one whose digest the result file lacks, is refused, never read)."""
     root = root or shipped_root()
     expected = describe(name, root)["sha256"]
     folder = root / name
     for file in FILES:
         path = folder / file
-        if not path.is_file() or sha256_of(path) != expected[file]:
+        if not path.is_file() or file not in expected or sha256_of(path) != expected[file]:
             raise ValueError(f"the shipped translator {name!r} is damaged ({path} is missing or not the file "
                              f"it was shipped with): reinstall the package")
     return folder

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from annotated_transformer.companions.vocabulary_files import read_vocabularies, write_vocabularies
+from annotated_transformer.helpers.processes import is_main_process
 from annotated_transformer.model import Transformer
 from annotated_transformer.recipes import Recipe
 from annotated_transformer.runs.fingerprints import check_rebuilt_vocabulary
@@ -22,7 +23,7 @@ def load_vocabularies(
     run_dir: str | Path, recipe: Recipe, train_pairs: Sequence[tuple[str, str]]
 ) -> Vocabularies:
     """The run's vocabularies: read from its `vocab.json`, or built from the training pairs (chapter
-    13) and saved. A damaged `vocab.json` is built again, and kept only if its fingerprint is the one
+    13) and saved by the main process. A damaged `vocab.json` is built again, and kept only if its fingerprint is the one
     the run's checkpoints recorded (`check_rebuilt_vocabulary`)."""
     path = RunDirectory(run_dir).vocab
     damaged = None
@@ -32,9 +33,11 @@ def load_vocabularies(
         except VocabularyError as error:
             damaged = error
     vocabs = build_vocabularies(train_pairs, recipe.vocab, recipe.vocab_size, recipe.min_freq)
+    writes = is_main_process()  # the other ranks of a distributed run build the same and write nothing
     if damaged is not None:  # built again from the same data, the same vocabulary (chapter 13)
-        check_rebuilt_vocabulary(run_dir, vocabs, damaged)
-    write_vocabularies(vocabs, path)
+        check_rebuilt_vocabulary(run_dir, vocabs, damaged, set_aside_damaged=writes)
+    if writes:
+        write_vocabularies(vocabs, path)
     return vocabs
 
 
