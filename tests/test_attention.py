@@ -218,3 +218,21 @@ def test_target_mask_exact():
     mask = target_mask(tokens, pad_id=0)
     assert mask.dtype == torch.bool
     assert torch.equal(mask, expected)
+
+
+def test_dropout_uses_the_rate_it_is_given(qkv):
+    """p = 0.1 (the paper's P_drop) drops with that rate and rescales by 1/(1 - 0.1): the same mask as
+    F.dropout(p=0.1) drawn from the same seed, not dropout at PyTorch's default rate of 0.5."""
+    _, weights = attention(*qkv)
+    torch.manual_seed(3)
+    _, dropped = attention(*qkv, dropout_p=0.1)
+    torch.manual_seed(3)
+    torch.testing.assert_close(dropped, F.dropout(weights, p=0.1), atol=0, rtol=0)
+
+
+def test_masks_are_made_on_the_tokens_device():
+    """On a GPU the masks must live beside the scores: made on the device asked for (here `meta`, a
+    device without data), never on the CPU by default."""
+    assert subsequent_mask(4, device="meta").device.type == "meta"
+    assert target_mask(TOKENS.to("meta"), PAD).device.type == "meta"
+    assert subsequent_mask(4).device.type == "cpu"

@@ -114,9 +114,19 @@ def test_the_committed_equivalents_name_listed_modules_with_reasons():
 def test_the_report_has_a_row_per_module_and_lists_each_survivor():
     row = {**summary_of({}), "minutes": 1.5, "commit": "0123456789abcdef"}
     text = mutants.markdown({"modules": {"verdicts": row}})
-    assert "| verdicts | 6 | 2 | 3 | 0 | 1 | 40.0% | 1.5 | 0123456789 |" in text
+    assert "| verdicts | 6 | 2 | 3 | 0 | 1 | 40.0% | 40.0% (0123456) | 1.5 | 0123456789 |" in text
     assert "## verdicts: 3 surviving" in text
     assert "`holm` (survived): `- if p < level:`; `+ if p <= level:`" in text
+
+
+def test_a_new_run_keeps_the_scores_it_replaces_and_the_report_shows_the_first():
+    first = {**summary_of({}), "minutes": 1.5, "commit": "aaaaaaaaaa", "date": "2026-12-01"}
+    second = {**first, "score": 0.75, "killed": 3, "commit": "bbbbbbbbbb", "history": mutants.history(first)}
+    third = {**second, "score": 0.95, "commit": "cccccccccc", "history": mutants.history(second)}
+    assert [row["score"] for row in third["history"]] == [pytest.approx(0.4), 0.75]
+    assert [row["commit"] for row in third["history"]] == ["aaaaaaaaaa", "bbbbbbbbbb"]
+    assert mutants.history(None) == []
+    assert "| 95.0% | 40.0% (aaaaaaa) |" in mutants.markdown({"modules": {"verdicts": third}})
 
 
 def test_an_unknown_module_is_refused_in_one_line(capsys):

@@ -63,8 +63,12 @@ def copy(finished, tmp_path):
 
 def test_the_run_directory_knows_where_each_file_lives(tmp_path):
     run = RunDirectory(tmp_path / "run")
-    assert (run.recipe.name, run.info.name, run.vocab.name, run.model.name) == (
-        "recipe.json", "run.json", "vocab.json", "model.pt")
+    # The names are a promise: runs written by earlier versions, and the book's chapters, read them.
+    layout = {key: path.relative_to(run.path).as_posix() for key, path in vars(run).items() if key != "path"}
+    assert layout == {
+        "recipe": "recipe.json", "info": "run.json", "vocab": "vocab.json", "cache": "cache",
+        "checkpoints": "checkpoints", "history": "history.json", "validation": "validation.json",
+        "hardware": "hardware.json", "model": "model.pt", "lock": "run.lock"}
     assert run.checkpoint_paths() == [] and run.newest_step() == 0 and run.work() == []
     run.checkpoints.mkdir(parents=True)
     for step in (100, 5, 40):  # named as chapter 10 names them
@@ -79,6 +83,8 @@ def test_the_run_directory_knows_where_each_file_lives(tmp_path):
     assert RunDirectory.find(newest, "recipe") is None
     assert RunDirectory.model_of(run.path) == run.model and RunDirectory.model_of(newest) == newest
     assert RunDirectory.vocab_of(tmp_path / "copied.pt") == tmp_path / "vocab.json"  # where it would be
+    (tmp_path / "empty").mkdir()  # a run directory without vocab.json: where it would be, inside it
+    assert RunDirectory.vocab_of(tmp_path / "empty") == tmp_path / "empty" / "vocab.json"
 
 
 def test_a_run_writes_only_the_files_of_its_layout(finished):

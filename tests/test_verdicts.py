@@ -148,6 +148,8 @@ def test_decodings_of_one_model_are_paired_over_sentences():
     one, other = ([ref if rng.random() < 0.8 else ref.replace("green", "brown") for ref in references]
                   for _ in range(2))
     assert judge_decodings(one, other, references, trials=1000).word == "tie"
+    same = judge_decodings(broken, list(broken), references, trials=200)  # sacreBLEU's p: 1 / 201
+    assert (same.word, same.margin) == ("tie", 0.0) and same.p < LEVEL
     with pytest.raises(ValueError, match="one hypothesis a reference each"):
         judge_decodings(references[:3], references, references)
 
@@ -312,3 +314,30 @@ def test_the_module_is_a_leaf():
     with open(verdicts.__file__, encoding="utf-8") as file:
         text = file.read()
     assert "annotated_transformer" not in text.split('"""', 2)[2]
+
+
+def test_a_p_value_equal_to_the_level_is_a_tie():
+    """The rule says better or worse only when p is *below* the level: run the same comparison at a
+    level equal to its own p, and it is a tie (paired over seeds and with single runs' noise)."""
+    ours, theirs = [41.0, 41.6, 41.2], [40.1, 40.9, 40.5]
+    found = judge(ours, theirs, paired=True)
+    assert found.word == "better" and 0 < found.p < LEVEL
+    assert judge(ours, theirs, paired=True, level=found.p).word == "tie"
+    assert judge(ours, theirs, paired=True, level=found.p * 1.0001).word == "better"
+    references = [f"a dog number {i} runs on the green grass" for i in range(20)]
+    broken = [ref if i % 2 else "a cat sits" for i, ref in enumerate(references)]
+    better = judge_decodings(references, broken, references, trials=200)  # sacreBLEU's seed is fixed
+    assert better.word == "better"
+    assert judge_decodings(references, broken, references, trials=200, level=better.p).word == "tie"
+
+
+def test_decodings_are_judged_over_ten_thousand_trials_by_default():
+    """sacreBLEU's p is (shuffles at least as far apart + 1) / (trials + 1): with the default 10,000
+    trials it is a whole number of 10,001ths."""
+    references = [f"a dog number {i} runs on the green grass" for i in range(12)]
+    rng = random.Random(1)  # two systems with errors on other sentences: p well above 1 / 10,001
+    one, other = ([ref if rng.random() < 0.7 else ref.replace("green", "brown") for ref in references]
+                  for _ in range(2))
+    found = judge_decodings(one, other, references)
+    assert found.p > 0.01 and found.p * 10_001 == pytest.approx(round(found.p * 10_001), abs=1e-6)
+    assert found.p * 10_002 != pytest.approx(round(found.p * 10_002), abs=1e-3)

@@ -220,6 +220,17 @@ def run_module(name: str, module: Module, mutmut: str, children: int, keep: Path
     return {"path": module.path, "tests": list(module.tests), "minutes": minutes, **summary}
 
 
+HISTORY_FIELDS = ("commit", "date", "mutants", "killed", "survived", "equivalent", "score")
+
+
+def history(previous: dict | None) -> list[dict]:
+    """A module's earlier runs, oldest first, each in brief: a new run keeps the scores it replaces, so
+    the report shows where each module started."""
+    if previous is None:
+        return []
+    return [*previous.get("history", []), {field: previous.get(field) for field in HISTORY_FIELDS}]
+
+
 def commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -235,18 +246,24 @@ def machine() -> str:
            f"{torch.backends.cpu.get_cpu_capability()} kernels"
 
 
+def percent(score: float | None) -> str:
+    return "-" if score is None else f"{score:.1%}"
+
+
 def markdown(report: dict) -> str:
     """MUTANTS.md: the table, then each module's survivors by function."""
     lines = ["# Mutation testing", "",
              "Made by `make mutants` (`tools/mutants.py`, mutmut); each module with its own tests. "
              "Score: mutants killed (timeouts included) over mutants that are not equivalent "
              f"(`tools/mutants_equivalent.json`); the goal is {GOAL:.0%} in every module.", "",
-             "| module | mutants | killed | survived | equivalent | not run | score | minutes | commit |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| module | mutants | killed | survived | equivalent | not run | score | first score | minutes "
+             "| commit |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, row in sorted(report["modules"].items()):
-        score = "-" if row["score"] is None else f"{row['score']:.1%}"
+        first = (row.get("history") or [row])[0]
         lines.append(f"| {name} | {row['mutants']} | {row['killed']} | {row['survived']} "
-                     f"| {row['equivalent']} | {row['not_run']} | {score} | {row['minutes']} "
+                     f"| {row['equivalent']} | {row['not_run']} | {percent(row['score'])} "
+                     f"| {percent(first['score'])} ({(first.get('commit') or '-')[:7]}) | {row['minutes']} "
                      f"| {(row.get('commit') or '-')[:10]} |")
     if "comparison" in report:
         compared = report["comparison"]
@@ -298,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.modules or list(MODULES):
         row = run_module(name, MODULES[name], mutmut, args.children, args.keep)
         row |= {"commit": commit(), "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine()}
+        row["history"] = history(report["modules"].get(name))
         report["modules"][name] = row
         write_report(report)
         score = "-" if row["score"] is None else f"{row['score']:.1%}"

@@ -180,7 +180,9 @@ def judge_decodings(ours: Sequence[str], theirs: Sequence[str], references: Sequ
     _, scores = test()
     baseline, candidate = scores["BLEU"]
     margin, p = candidate.score - baseline.score, candidate.p_value
-    word = "tie" if p >= level else "better" if margin > 0 else "worse"
+    # Two decodings with the same BLEU are a tie whatever p says: sacreBLEU counts only shuffles that
+    # differ by *more* than the real difference, so two identical decodings get p = 1 / (trials + 1).
+    word = "tie" if p >= level or margin == 0 else "better" if margin > 0 else "worse"
     return Verdict(word, margin, math.nan, DECODINGS, (len(ours), len(theirs)), p, None, level)
 
 
