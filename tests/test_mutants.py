@@ -148,10 +148,10 @@ def test_cosmic_ray_is_configured_with_the_modules_tests_and_its_outcomes_counte
 
 
 def test_the_report_shows_the_two_tools_compared():
-    tools = [{"tool": "mutmut 3", "mutants": 75, "killed": 70, "minutes": 2.0},
-             {"tool": "cosmic-ray 8", "mutants": 60, "killed": 50, "minutes": 9.5}]
+    tools = [{"tool": "mutmut 3", "mutants": 75, "killed": 70, "minutes": 2.0, "cpu_minutes": 3.1},
+             {"tool": "cosmic-ray 8", "mutants": 60, "killed": 50, "minutes": 9.5, "cpu_minutes": 8.8}]
     text = mutants.markdown({"modules": {}, "comparison": {
         "module": "attention", "command": "python benchmarks/mutation_tools.py attention",
         "machine": "x86_64, 2 cores, AVX512 kernels", "date": "2026-12-02", "tools": tools}})
     assert "## Two tools on `attention`" in text
-    assert "| mutmut 3 | 75 | 70 | 2.0 |" in text and "| cosmic-ray 8 | 60 | 50 | 9.5 |" in text
+    assert "| mutmut 3 | 75 | 70 | 2.0 | 3.1 |" in text and "| cosmic-ray 8 | 60 | 50 | 9.5 | 8.8 |" in text

@@ -61,7 +61,8 @@ MODULES = {
     "attention": Module("annotated_transformer/attention.py",
                         ("tests/test_attention.py", "tests/test_multi_head_attention.py")),
     "multi_head_attention": Module("annotated_transformer/multi_head_attention.py",
-                                   ("tests/test_multi_head_attention.py", "tests/test_attention.py")),
+                                   ("tests/test_multi_head_attention.py", "tests/test_attention.py",
+                                    "tests/test_decoding.py")),
     "model": Module("annotated_transformer/model.py", ("tests/test_model.py", "tests/test_layers.py")),
     "training": Module("annotated_transformer/training.py",
                        ("tests/test_training.py", "tests/test_promises_training.py",
@@ -269,9 +270,9 @@ def markdown(report: dict) -> str:
         compared = report["comparison"]
         lines += ["", f"## Two tools on `{compared['module']}`", "",
                   f"`{compared['command']}` ({compared['machine']}, {compared['date']}):", "",
-                  "| tool | mutants | killed | minutes |", "|---|---:|---:|---:|"]
-        lines += [f"| {row['tool']} | {row['mutants']} | {row['killed']} | {row['minutes']} |"
-                  for row in compared["tools"]]
+                  "| tool | mutants | killed | minutes | CPU minutes |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {row['tool']} | {row['mutants']} | {row['killed']} | {row['minutes']} "
+                  f"| {row.get('cpu_minutes', '-')} |" for row in compared["tools"]]
     for name, row in sorted(report["modules"].items()):
         if row["survivors"]:
             lines += ["", f"## {name}: {len(row['survivors'])} surviving", ""]
