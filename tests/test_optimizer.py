@@ -1,6 +1,8 @@
 """Adam and the learning-rate schedule of §5.3."""
 
 import functools
+import re
+import types
 
 import helpers
 import pytest
@@ -8,7 +10,7 @@ import torch
 from torch import nn
 
 from annotated_transformer.batching import copy_task, make_batch
-from annotated_transformer.optimizer import cooldown_factor, make_optimizer, rate
+from annotated_transformer.optimizer import WarmupSchedule, _Rate, cooldown_factor, make_optimizer, rate
 from annotated_transformer.regularization import token_nll
 
 
@@ -214,3 +216,152 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch():
     optimizer.step()
     scheduler.step()  # once per optimizer step, not once per micro-batch
     assert optimizer.param_groups[0]["lr"] == rate(2, 16, 4)
+
+
+# Boundaries, messages and defaults of the schedule, of make_optimizer and of WarmupSchedule.end_at.
+
+
+def test_rate_accepts_a_d_model_of_one():
+    """d_model must be a positive integer: 1 is one, and its d_model^-0.5 is 1."""
+    assert rate(1, d_model=1, warmup=4) == pytest.approx(4**-1.5, rel=1e-12)
+    assert rate(4, d_model=1, warmup=4) == pytest.approx(4**-0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("step", [1, 2, 10, 99, 100, 101, 400])
+def test_rate_without_the_ramp_is_the_peak_rate_then_the_same_decay(step):
+    """ramp=False: factor * d_model^-0.5 * min(step^-0.5, warmup^-0.5), the peak from the first step."""
+    expected = 2.0 * 64**-0.5 * min(step**-0.5, 100**-0.5)
+    assert rate(step, d_model=64, warmup=100, factor=2.0, ramp=False) == pytest.approx(expected, rel=1e-12)
+    if step >= 100:  # after the warmup the two schedules are the same
+        assert rate(step, 64, 100, 2.0, ramp=False) == pytest.approx(rate(step, 64, 100, 2.0), rel=1e-12)
+    else:
+        assert rate(step, 64, 100, 2.0, ramp=False) > rate(step, 64, 100, 2.0)
+
+
+def test_cooldown_factor_of_a_single_step():
+    """A cooldown of 1 step is allowed: the last step gets 1/2, the ones before it 1."""
+    assert [cooldown_factor(step, 5, 1) for step in (1, 4, 5, 6)] == [1.0, 1.0, 0.5, 0.5]
+    assert cooldown_factor(1, 1, 1) == 0.5
+
+
+def test_make_optimizer_message_when_the_model_has_a_config_without_d_model():
+    """A model whose .config has no d_model gets the clear message, not an AttributeError."""
+    model = nn.Linear(3, 3)
+    model.config = types.SimpleNamespace(n_layers=2)
+    message = (
+        "make_optimizer needs d_model for the learning-rate schedule: pass d_model=..., or a "
+        "model with a .config.d_model (as make_model builds)"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make_optimizer(model)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        make_optimizer(nn.Linear(3, 3))
+
+
+def test_make_optimizer_accepts_a_factor_below_one():
+    """factor scales the rate and may be any positive number, 0.5 included (it is not a warmup)."""
+    optimizer, _ = make_optimizer(small_model(), warmup=3, factor=0.5)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(rate(1, 16, 3, 0.5), rel=1e-12)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(rate(1, 16, 3) / 2, rel=1e-12)
+
+
+def test_make_optimizer_fuses_adam_for_a_cpu_model_but_not_for_meta_parameters():
+    """The fused Adam for CPU (and CUDA) parameters; the loop of small operations for other devices."""
+    optimizer, _ = make_optimizer(nn.Linear(3, 3), d_model=4)
+    assert optimizer.defaults["fused"] is True
+    assert optimizer.param_groups[0]["fused"] is True
+    optimizer, _ = make_optimizer(nn.Linear(3, 3, device="meta"), d_model=4)
+    assert not optimizer.defaults["fused"]
+
+
+def test_make_optimizer_fuses_adam_for_cuda_parameters(monkeypatch):
+    """CUDA parameters get the fused Adam too (checked here without a GPU: the choice Adam is given)."""
+    given = []
+    real_adam = torch.optim.Adam
+
+    def adam(parameters, **options):
+        given.append(([p.device.type for p in parameters], options["fused"]))
+        return real_adam([nn.Parameter(torch.zeros(2))], **options)
+
+    class CudaModel:
+        config = types.SimpleNamespace(d_model=4)
+
+        def parameters(self):
+            return iter([types.SimpleNamespace(device=torch.device("cuda"))] * 2)
+
+    monkeypatch.setattr(torch.optim, "Adam", adam)
+    make_optimizer(CudaModel())
+    assert given == [(["cuda", "cuda"], True)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_make_optimizer_fuses_adam_on_a_gpu():
+    optimizer, _ = make_optimizer(nn.Linear(3, 3, device="cuda"), d_model=4)
+    assert optimizer.defaults["fused"] is True
+
+
+def _two_group_schedule(cooldown, total_steps):
+    a, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.Adam([{"params": [a]}, {"params": [b], "lr": 2.0}], lr=1.0)
+    scheduler = WarmupSchedule(optimizer, _Rate(16, 3, 1.0, cooldown=cooldown, total_steps=total_steps))
+    return optimizer, scheduler
+
+
+def test_end_at_gives_the_next_step_its_new_rate_in_every_param_group():
+    """end_at recomputes the rate the next optimizer step uses, in each group, from the group's base rate."""
+    optimizer, scheduler = _two_group_schedule(cooldown=2, total_steps=20)
+    for _ in range(4):
+        optimizer.step()
+        scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([rate(5, 16, 3), 2 * rate(5, 16, 3)])
+    scheduler.end_at(6, 5)  # step 5 is now the fifth from the end: factor (6 - 5 + 1) / 6
+    next_rate = rate(5, 16, 3) * 2 / 6
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([next_rate, 2 * next_rate], rel=1e-12)
+    assert next_rate == pytest.approx(rate(5, 16, 3) * cooldown_factor(5, 6, 5), rel=1e-12)
+    optimizer.step()
+    scheduler.step()
+    last = rate(6, 16, 3) * cooldown_factor(6, 6, 5)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([last, 2 * last], rel=1e-12)
+
+
+def test_end_at_refuses_param_groups_the_scheduler_does_not_know():
+    """A param group added after the scheduler was built has no base rate: an error, not a group skipped."""
+    optimizer, scheduler = _two_group_schedule(cooldown=0, total_steps=None)
+    optimizer.add_param_group({"params": [nn.Parameter(torch.zeros(1))], "lr": 3.0})
+    with pytest.raises(ValueError, match="zip"):
+        scheduler.end_at(10, 2)
+
+
+def test_a_rate_object_made_before_ramp_and_cooldown_existed_uses_their_defaults():
+    """An old _Rate (unpickled without ramp, cooldown, total_steps): the ramp on, and no cooldown."""
+    schedule = _Rate(16, 7, 1.0, ramp=False, cooldown=3, total_steps=10)
+    del schedule.ramp, schedule.cooldown, schedule.total_steps
+    assert [schedule(s) for s in (0, 3, 6, 50)] == [rate(s + 1, 16, 7) for s in (0, 3, 6, 50)]
+    assert schedule(0) == pytest.approx(16**-0.5 * 7**-1.5, rel=1e-12)  # within the warmup: the ramp
+
+
+def test_a_rate_object_without_cooldown_settings_has_no_cooldown():
+    schedule = _Rate(16, 7, 1.0, ramp=False, cooldown=3, total_steps=10)
+    del schedule.cooldown, schedule.total_steps
+    assert [schedule(s) for s in (0, 9, 50)] == [rate(s + 1, 16, 7, ramp=False) for s in (0, 9, 50)]
+
+
+def test_a_rate_object_without_the_ramp_setting_has_the_ramp():
+    schedule = _Rate(16, 7, 1.0, ramp=False, cooldown=3, total_steps=10)
+    del schedule.ramp
+    assert schedule(1) == pytest.approx(rate(2, 16, 7) * cooldown_factor(2, 10, 3), rel=1e-12)
+    assert schedule(9) == pytest.approx(rate(10, 16, 7) / 4, rel=1e-12)
+
+
+def test_a_rate_object_follows_its_ramp_setting():
+    """_Rate(..., ramp=False) is rate(..., ramp=False): the peak from the first step."""
+    schedule = _Rate(16, 7, 1.0, ramp=False)
+    assert [schedule(s) for s in (0, 3, 50)] == [rate(s + 1, 16, 7, ramp=False) for s in (0, 3, 50)]
+    assert schedule(0) == pytest.approx(16**-0.5 * 7**-0.5, rel=1e-12)
+
+
+def test_a_rate_object_defaults_to_the_papers_schedule():
+    """_Rate(d_model, warmup, factor): ramp on, no cooldown: rate(s + 1), within the warmup too."""
+    schedule = _Rate(16, 7, 2.0)
+    assert [schedule(s) for s in (0, 3, 6, 50)] == [rate(s + 1, 16, 7, 2.0) for s in (0, 3, 6, 50)]
+    assert schedule(2) == pytest.approx(2.0 * 16**-0.5 * 3 * 7**-1.5, rel=1e-12)
