@@ -431,3 +431,136 @@ def test_a_directory_written_by_a_diverging_run_holds_only_sound_checkpoints(tmp
     message = str(caught.value)
     assert f"the last checkpoint was taken at step {step - 1}, before it" in message or (
         f"the newest checkpoint, {saved[-1]}, is kept for resuming" in message)
+
+
+# --- promises held against mutation testing's survivors ------------------------------------------
+
+
+def test_checkpoint_paths_sort_by_step_number_not_by_name(tmp_path):
+    # Names made by hand, without checkpoint_path's zero padding, still match step_*.pt: sorted as
+    # text they would come 10, 100, 9; the promise is oldest (lowest step) first.
+    for step in (100, 9, 10):
+        (tmp_path / f"step_{step}.pt").write_bytes(b"")
+    by_step = ["step_9.pt", "step_10.pt", "step_100.pt"]
+    assert [p.name for p in checkpoint_paths(tmp_path)] == by_step
+    assert [p.name for p in CheckpointDirectory(tmp_path).paths()] == by_step
+
+
+def test_map_location_reaches_torch_load(tmp_path):
+    """The map_location given to read_checkpoint, load_checkpoint and model_from_checkpoint is the one
+    torch.load maps the tensors with (a callable one is called for each storage)."""
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model(), step=4)
+    reference = read_checkpoint(path)["state"]["model"]
+    for read in (lambda where: read_checkpoint(path, where),
+                 lambda where: load_checkpoint(path, tiny_model(seed=1), where),
+                 lambda where: model_from_checkpoint(path, where)):
+        mapped = []
+
+        def where(storage, location, mapped=mapped):
+            mapped.append(location)
+            return storage
+
+        read(where)
+        assert mapped and set(mapped) == {"cpu"}
+    model = model_from_checkpoint(path, {"cpu": "cpu"})
+    assert all(torch.equal(model.state_dict()[k], reference[k]) for k in reference)
+
+
+def test_model_from_checkpoint_takes_a_checkpoint_already_read(tmp_path):
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model(), step=4)
+    checkpoint = read_checkpoint(path)
+    path.unlink()  # the dict alone is used: the file is not read again
+    model = model_from_checkpoint(checkpoint)
+    assert model.config == tiny_model().config
+    assert max_difference(list(model.parameters()), list(tiny_model().parameters())) == 0.0
+
+
+def test_a_corrupt_files_message_names_the_error_and_its_first_line(tmp_path, monkeypatch):
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    with pytest.raises(CheckpointError) as caught:
+        read_checkpoint(path)
+    cause = caught.value.__cause__
+    assert f"({type(cause).__name__}: {str(cause).splitlines()[0]})" in str(caught.value)
+
+    def failing(error):
+        def load(*args, **kwargs):
+            raise error
+        return load
+
+    save_checkpoint(path, tiny_model())  # sound again: what torch.load raises is all that differs
+    monkeypatch.setattr(torch, "load", failing(RuntimeError("the zip's central directory\nis cut")))
+    with pytest.raises(CheckpointError, match=r"truncated or corrupt and cannot be read \(RuntimeError: "
+                                              r"the zip's central directory\); delete it"):
+        read_checkpoint(path)
+    monkeypatch.setattr(torch, "load", failing(EOFError()))  # no message at all
+    with pytest.raises(CheckpointError, match=r"cannot be read \(EOFError: no detail\); delete it"):
+        read_checkpoint(path)
+
+
+def test_a_later_versions_file_is_refused_naming_the_file_and_the_versions_read(tmp_path):
+    path = save_checkpoint(tmp_path / "a.pt", tiny_model())
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["version"] = 99
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError) as caught:
+        read_checkpoint(path)
+    assert str(caught.value).startswith(f"{path} has checkpoint format version 99")
+    assert "this package reads versions 1 to 3: update the package" in str(caught.value)
+
+
+def test_a_non_finite_checkpoints_message_names_the_file(tmp_path):
+    m = tiny_model()
+    with torch.no_grad():
+        m.generator.proj.weight[0, 0] = float("inf")
+    path = save_checkpoint(tmp_path / "inf.pt", m)
+    with pytest.raises(CheckpointError) as caught:
+        read_checkpoint(path)
+    assert str(caught.value).startswith(f"{path} holds NaN or infinite parameters (")
+    assert "generator.proj.weight" in str(caught.value)
+
+
+def test_a_model_alones_checkpoint_is_of_step_0_unless_told(tmp_path):
+    assert read_checkpoint(save_checkpoint(tmp_path / "a.pt", tiny_model()))["state"]["step"] == 0
+    assert read_checkpoint(save_checkpoint(tmp_path / "b.pt", tiny_model(), step=12))["state"]["step"] == 12
+
+
+def test_a_step_given_with_a_trainer_is_refused_with_the_whole_reason(tmp_path):
+    with pytest.raises(ValueError) as caught:
+        save_checkpoint(tmp_path / "x.pt", tiny_trainer(), step=5)
+    assert str(caught.value) == "a trainer's checkpoint holds the trainer's own step: leave out step"
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_saving_goes_on_when_an_old_checkpoint_is_already_gone(tmp_path, monkeypatch):
+    # Another process (a second copy of the run, a clean-up) removed an old checkpoint between the
+    # directory's listing and the deletion: the save still succeeds and keeps the newest.
+    t = trained(2)
+    checkpoints = CheckpointDirectory(tmp_path, keep=1)
+    kept = checkpoints.save(t)
+    listing = checkpoints.paths
+    monkeypatch.setattr(checkpoints, "paths", lambda: [tmp_path / "step_00000001.pt", *listing()])
+    t.step = 3
+    newest = checkpoints.save(t)
+    assert newest == tmp_path / "step_00000003.pt" and not kept.exists()
+    assert listing() == [newest]
+
+
+def test_every_rank_of_a_two_process_run_waits_for_the_checkpoint(tmp_path, monkeypatch):
+    barriers = []
+    monkeypatch.setattr(torch.distributed, "barrier", lambda *args, **kwargs: barriers.append(args))
+    t = trained(1)
+    CheckpointDirectory(tmp_path).save(t)
+    assert barriers == []  # a lone process waits for no one
+    t.world_size = 2
+    path = CheckpointDirectory(tmp_path).save(t)
+    assert barriers == [()] and path.exists()
+
+
+def test_keep_0_keeps_every_checkpoint(tmp_path):
+    t, checkpoints = trained(1), CheckpointDirectory(tmp_path)
+    assert checkpoints.keep == 0  # the default
+    for step in (1, 2, 3):
+        t.step = step
+        checkpoints.save(t)
+    assert [p.name for p in checkpoints.paths()] == [f"step_0000000{step}.pt" for step in (1, 2, 3)]
