@@ -35,6 +35,7 @@ DEV_MODULES = {
     "markdown_it": "markdown-it-py, which renders the book's Markdown",
     "playwright": "Playwright, which opens the book in a browser",
     "altair": "Altair, which draws the book's interactive charts",
+    "vl_convert": "vl-convert, which renders the charts for the tests to read",
     "ipykernel": "ipykernel, which runs the notebooks",
     "IPython": "IPython, which runs the notebooks",
     "ruff": "ruff, the linter",

@@ -18,6 +18,11 @@ what a run directory records about its machine.
    a run's first session), chapter 17's `describe_machine` and the training fingerprint's
    `cpu_identity` record the CPU, its float32 kernel family, torch's version and threads, the cores
    and processes: each is patched to two different values, and the record must follow each.
+4. The attention explorer's chart as a reader sees it: rendered to SVG (vl-convert) at its opening view
+   and at two others, its cells' colours are the chosen sentence's, map's, layer's and head's weights,
+   its axes name that map's pieces, its bars are the hovered row's weights, its titles, legend, tooltips
+   and choices are labelled; and `_weight_rows` is called afresh, so that its checks above do not rest on
+   the fixture's one call.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import math
 import os
 import platform
 import random
+import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -497,3 +504,223 @@ def test_the_training_fingerprints_cpu_identity_is_the_machines(monkeypatch, mac
         "vendor_id": "Fake", "cpu family": "25", "model": "17", "stepping": "1",
         "flags_sha256": hashlib.sha256(b"fpu sse").hexdigest()[:16], "machine": machine["machine"],
         "torch": machine["torch"], "kernels": machine["kernels"]}
+
+
+# --- 4. the explorer's chart as a reader sees it (rendered to SVG by vl-convert) ----------------------
+# mutmut credits a module-scoped fixture's work to the first test that uses it only: each test below
+# calls what it checks itself (the chart is cheap to build once `_weight_rows` is given the fixture's rows).
+
+SVG = "{http://www.w3.org/2000/svg}"
+CELL = (24.0, 20.0)  # a heatmap cell's width and height in pixels; a bar's column is as wide
+BARS_HEIGHT = 110.0  # the bar chart's height in pixels: a weight of 1
+WHITE, BLUE, RED = (255, 255, 255), (8, 81, 156), "#d62728"  # the colour scale's ends; the hovered row's
+OPENING = (0, 0, N_LAYERS, 1, 1)  # (sentence, map m, layer, head, hovered row q) the chart opens on
+# Two views more, which change every choice (each map shown once): a choice ignored shows.
+OTHER_VIEWS = [(1, 1, 2, 2, 3), (1, 2, 1, 2, 5)]
+
+
+def explorer_spec(translator, views, monkeypatch) -> dict:
+    """The chart's Vega-Lite spec (validated by Altair), drawn from the fixture's rows and pieces."""
+    need_dev_module("altair")
+    monkeypatch.setattr(explorer, "_weight_rows", lambda given, sentences: (views["labels"], views["rows"]))
+    return explorer.attention_explorer(translator, SENTENCES).to_dict()
+
+
+def render(spec: dict, view: tuple | None = None) -> ET.Element:
+    """The chart as an SVG, at its opening view, or with its choices and hovered row set to `view`."""
+    vl_convert = need_dev_module("vl_convert")
+    if view is not None:
+        chosen = dict(zip(("sentence", "attention", "layer", "head"), view[:4], strict=True))
+        for param in spec["params"]:
+            if "select" in param:  # the hover selection: the row of query q
+                param["value"] = [{"q": view[4]}]
+            elif param["name"] in chosen:
+                param["value"] = chosen[param["name"]]
+    return ET.fromstring(vl_convert.vegalite_to_svg(spec))
+
+
+def groups(element: ET.Element, cls: str) -> list[ET.Element]:
+    """The <g> under `element` of class `cls` (Vega's role classes: role-scope, role-axis-label, ...)."""
+    return [g for g in element.iter(f"{SVG}g") if cls in g.get("class", "").split()]
+
+
+def texts(element: ET.Element, cls: str) -> list[str]:
+    return [text.text or "" for g in groups(element, cls) for text in g.iter(f"{SVG}text")]
+
+
+def box(path: ET.Element) -> tuple[float, ...]:
+    """A rectangle's x, y, width and height, from its path "Mx,yhWvHh-WZ"."""
+    numbers = re.fullmatch(r"M([-\d.e]+),([-\d.e]+)h([-\d.e]+)v([-\d.e]+)h-[-\d.e]+Z", path.get("d"))
+    assert numbers, path.get("d")
+    return tuple(float(n) for n in numbers.groups())
+
+
+def marks(scope: ET.Element) -> list[ET.Element]:
+    """A view's marks (its cells or bars), each with the fields its tooltip shows as an aria-label."""
+    return [path for path in scope.iter(f"{SVG}path") if path.get("role") == "graphics-symbol"]
+
+
+def fields(mark: ET.Element) -> dict[str, str]:
+    """A mark's aria-label "k: 1; q: 0; weight: 0.03; piece: ne; attends to: D-" as a dict."""
+    return dict(item.split(": ", 1) for item in mark.get("aria-label").split("; "))
+
+
+def axes(scope: ET.Element) -> dict[str, ET.Element]:
+    """A view's axes by their letter, "X" and "Y" (the ones Vega describes: grids are hidden)."""
+    return {g.get("aria-label")[0]: g for g in scope.iter(f"{SVG}g")
+            if g.get("aria-roledescription") == "axis"}
+
+
+def colour_is(fill: str, weight: float) -> bool:
+    """`fill` is the colour of `weight` on the scale white (0) to #08519c (1), interpolated in RGB: each
+    channel within the rounding of the weight to hundredths and of the channel to an integer."""
+    channels = re.fullmatch(r"rgb\((\d+), (\d+), (\d+)\)", fill)
+    return channels is not None and all(
+        abs(int(got) - (white + (blue - white) * weight)) <= abs(blue - white) * SLACK / 100 + 0.5 + 1e-9
+        for got, white, blue in zip(channels.groups(), WHITE, BLUE, strict=True))
+
+
+def expected_view(views, view: tuple) -> tuple[Tensor, list[str], list[str]]:
+    """A view's weights (queries, keys) from the reference maps, and its query and key pieces: English
+    queries but in the encoder's self-attention, German keys but in the decoder's."""
+    sentence, m, layer, head, _ = view
+    labels = views["labels"][sentence]
+    weights = views["references"][sentence][KINDS[m]][layer - 1, head - 1]
+    return weights, labels["src" if m == 1 else "tgt"], labels["tgt" if m == 2 else "src"]
+
+
+def check_heatmap(heatmap: ET.Element, weights: Tensor, queries: list[str], keys: list[str], hovered: int):
+    """Row q, column k is the cell of query piece q and key piece k, coloured by its weight, its tooltip
+    naming both pieces and the weight; the hovered row alone outlined in red; the axes
+    name the pieces (the keys' slanted by 50°), without titles; the view's title asks for a hover."""
+    assert texts(heatmap, "role-title-text") == ["Each row: a piece attending (hover one)"]
+    cells = marks(heatmap)
+    assert len(cells) == weights.numel() == len(queries) * len(keys)
+    seen = set()
+    for cell in cells:
+        x, y, width, height = box(cell)
+        q, k = round(y / CELL[1]), round(x / CELL[0])
+        assert (x, y, width, height) == (k * CELL[0], q * CELL[1], *CELL)
+        seen.add((q, k))
+        weight, shown_fields = weights[q, k].item(), fields(cell)
+        assert colour_is(cell.get("fill"), weight), (q, k, cell.get("fill"), weight)
+        assert (shown_fields["piece"], shown_fields["attends to"]) == (queries[q], keys[k])
+        assert abs(float(shown_fields["weight"]) - weight) <= SLACK / 100, (q, k, shown_fields, weight)
+        assert (cell.get("stroke", "none").lower() == RED) == (q == hovered), (q, k)
+    assert len(seen) == len(cells)
+    assert box(heatmap.find(f".//{SVG}path[@class='background']"))[2:] == (
+        len(keys) * CELL[0], len(queries) * CELL[1])
+    axis = axes(heatmap)
+    assert texts(axis["X"], "role-axis-label") == keys and texts(axis["Y"], "role-axis-label") == queries
+    assert all("rotate(310)" in label.get("transform") for g in groups(axis["X"], "role-axis-label")
+               for label in g.iter(f"{SVG}text"))
+    assert texts(heatmap, "role-axis-title") == []
+
+
+def check_bars(bars: ET.Element, weights: Tensor, queries: list[str], keys: list[str], hovered: int):
+    """One red bar per key piece, in the heatmap's columns, as high as the hovered row's weight on a
+    scale from 0 to 1 (the view's height), its tooltip naming the hovered piece and the key; the keys
+    name the bars; the y axis is titled "weight"; the view's title says whose weights these are."""
+    assert texts(bars, "role-title-text") == ["The hovered piece's weights"]
+    width, height = box(bars.find(f".//{SVG}path[@class='background']"))[2:]
+    assert (width, height) == (len(keys) * CELL[0], BARS_HEIGHT)
+    shown_bars = marks(bars)
+    assert len(shown_bars) == len(keys)
+    columns = set()
+    for bar in shown_bars:
+        x, y, bar_width, bar_height = box(bar)
+        k = int(x // CELL[0])
+        columns.add(k)
+        assert x + bar_width / 2 == pytest.approx((k + 0.5) * CELL[0]) and bar_width > CELL[0] / 2
+        assert y + bar_height == pytest.approx(BARS_HEIGHT)
+        assert abs(bar_height / BARS_HEIGHT - weights[hovered, k].item()) <= SLACK / 100 + 1e-6, k
+        assert bar.get("fill").lower() == RED
+        assert (fields(bar)["piece"], fields(bar)["attends to"]) == (queries[hovered], keys[k])
+    assert columns == set(range(len(keys)))
+    axis = axes(bars)
+    assert texts(axis["X"], "role-axis-label") == keys
+    assert all("rotate(310)" in label.get("transform") for g in groups(axis["X"], "role-axis-label")
+               for label in g.iter(f"{SVG}text"))
+    assert texts(bars, "role-axis-title") == ["weight"]
+
+
+def check_legend(svg: ET.Element):
+    """The colour legend, titled "weight", runs from 0.0 to 1.0, white to #08519c through RGB."""
+    assert texts(svg, "role-legend-title") == ["weight"]
+    assert texts(svg, "role-legend-label") == ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]
+    stops = list(svg.iter(f"{SVG}stop"))
+    assert len(stops) > 10
+    for stop in stops:
+        assert colour_is(stop.get("stop-color"), float(stop.get("offset"))), stop.attrib
+
+
+@pytest.mark.parametrize("view", [None, *OTHER_VIEWS], ids=["opening", "encoder-self", "decoder-self"])
+def test_the_rendered_chart_shows_the_chosen_maps_weights_named_by_its_pieces(translator, views, monkeypatch,
+                                                                              view):
+    """What the reader sees, for the chart's opening view (sentence 1, the encoder–decoder attention of
+    the last layer, head 1, the first English piece hovered) and two others: the heatmap is the chosen
+    sentence's, map's, layer's and head's weights (against weights computed here), its axes and
+    tooltips name that map's query and key pieces, the bars are the hovered row's weights, and the
+    titles and the legend say what they show."""
+    svg = render(explorer_spec(translator, views, monkeypatch), view)
+    heatmap, bars = groups(svg, "role-scope")
+    weights, queries, keys = expected_view(views, view or OPENING)
+    hovered = (view or OPENING)[4]
+    check_heatmap(heatmap, weights, queries, keys, hovered)
+    check_bars(bars, weights, queries, keys, hovered)
+    check_legend(svg)
+
+
+def test_the_charts_choices_hover_tooltips_and_description_as_the_reader_meets_them(translator, views,
+                                                                                   monkeypatch):
+    """What a rendering cannot show: the four choices are labelled with their names (vega-embed shows
+    `bind.name`, else the parameter's name), the sentence, map, layer and head open on sentence 1, the
+    encoder–decoder attention, the last layer and head 1; hovering (not clicking) a cell selects its
+    whole row; each view's tooltip names the piece, what it attends to and the weight to 2 decimals;
+    the chart describes itself to a screen reader."""
+    spec = explorer_spec(translator, views, monkeypatch)
+    params = {param["name"]: param for param in spec["params"]}
+    choices = ("sentence", "attention", "layer", "head")
+    for name in choices:
+        assert params[name]["bind"].get("name", name) == f"{name} ", name
+    assert [params[name].get("value") for name in choices] == [0, 0, N_LAYERS, 1]
+    (hover,) = [param for param in spec["params"] if "select" in param]
+    assert hover["select"] == {"type": "point", "fields": ["q"], "on": "pointerover"}
+    assert hover["value"] == [{"q": 1}]
+    tooltip = [{"field": "query", "type": "nominal", "title": "piece"},
+               {"field": "key", "type": "nominal", "title": "attends to"},
+               {"field": "weight", "type": "quantitative", "format": ".2f"}]
+    assert [view["encoding"]["tooltip"] for view in spec["vconcat"]] == [tooltip, tooltip]
+    assert spec["description"] == "The attention weights of a translator, by sentence, layer and head"
+
+
+def test_a_one_layer_model_offers_its_one_layer_and_every_head(bpe_vocabs, monkeypatch):
+    """The choices follow the model: one layer (opened on it) and its 4 heads."""
+    need_dev_module("altair")
+    config = TransformerConfig(src_vocab_size=len(bpe_vocabs.source), tgt_vocab_size=len(bpe_vocabs.target),
+                               n_layers=1, d_model=16, d_ff=32, n_heads=4, dropout=0.0, max_len=32,
+                               share_embeddings=bpe_vocabs.shared)
+    one_layer = Translator(make_model(config), bpe_vocabs, "cpu", beam_size=1)
+    monkeypatch.setattr(explorer, "_weight_rows", lambda given, sentences: ([], []))
+    spec = explorer.attention_explorer(one_layer, []).to_dict()
+    params = {param["name"]: param for param in spec["params"]}
+    assert params["layer"]["value"] == 1 and params["layer"]["bind"]["options"] == [1]
+    assert params["head"]["bind"]["options"] == [1, 2, 3, 4]
+
+
+def test_the_rows_and_pieces_hold_when_read_afresh(translator, views):
+    """`_weight_rows` called here, not through the fixture: its rows are the reference weights of
+    every sentence, map, layer and head, and its pieces each sentence's and its translation's (the
+    checks of the tests above, on this call's rows and pieces)."""
+    labels, rows = explorer._weight_rows(translator, SENTENCES)
+    fresh = {**views, "labels": labels, "rows": rows}
+    test_every_row_of_the_chart_is_its_sentences_maps_layers_and_heads_weights(fresh)
+    test_the_charts_pieces_are_each_sentences_encoding_and_its_translation(translator, fresh)
+
+
+def test_a_word_vocabularys_pieces_are_its_words(word_vocabs):
+    """With a word vocabulary, each id's piece is its word as it is (no "-", no "</w>")."""
+    sentence = builtin_corpus("train")[0][0]
+    ids = word_vocabs.source.encode(sentence)
+    assert explorer._pieces(word_vocabs.source, ids) == word_vocabs.source.words(ids)
+    assert len(ids) > 5 and len(word_vocabs.source.words(ids)) == len(ids)

@@ -73,7 +73,8 @@ def attention_explorer(translator: Any, sentences: Sequence[str]) -> Any:
     ).transform_calculate(row="split(datum.w, ';')").transform_flatten(["row"]).transform_window(
         q="row_number()").transform_calculate(q="datum.q - 1", cell="split(datum.row, ' ')").transform_flatten(
         ["cell"]).transform_window(k="row_number()", groupby=["q"]).transform_calculate(
-        k="datum.k - 1", weight="toNumber(datum.cell) / 100", key=f"{keys}[datum.k - 1]",
+        # In order: `key` reads k once counted from 0, as `query` reads q.
+        k="datum.k - 1", weight="toNumber(datum.cell) / 100", key=f"{keys}[datum.k]",
         query=f"{queries}[datum.q]")
     key_axis = alt.Axis(labelExpr=f"{keys}[datum.value]", labelAngle=-50, title=None)
     tooltip = [alt.Tooltip("query:N", title="piece"), alt.Tooltip("key:N", title="attends to"),
