@@ -1,5 +1,6 @@
 """Two mutation-testing tools on one module of this code base: mutmut 3 and cosmic-ray 8.
 
+    pip install -e ".[mutants]" cosmic-ray==8.7.0      # the two tools, once
     python benchmarks/mutation_tools.py attention      # minutes on two cores; any module of MODULES
 
 Each tool mutates the module in its own copy of the checkout and runs the module's tests
@@ -63,6 +64,8 @@ def outcomes(dump: str) -> dict[str, int]:
 
 def run_cosmic_ray(name: str, module: mutants.Module) -> dict:
     bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "cosmic-ray").exists():
+        raise SystemExit("cosmic-ray is not installed beside this Python: pip install cosmic-ray==8.7.0")
     start, cpu = time.monotonic(), children_cpu_seconds()
     with tempfile.TemporaryDirectory(prefix=f"cosmic-ray-{name}-") as tmp:
         work = Path(tmp)
