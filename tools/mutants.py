@@ -265,12 +265,12 @@ def markdown(report: dict) -> str:
              "Made by `make mutants` (`tools/mutants.py`, mutmut); each module with its own tests. "
              "Score: mutants killed (timeouts included) over mutants that are not equivalent "
              f"(`tools/mutants_equivalent.json`); the goal is {GOAL:.0%} in every module.", "",
-             "| module | mutants | killed | survived | equivalent | not run | score | first score | minutes "
-             "| commit |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| module | mutants | killed | of which timed out | survived | equivalent | not run | score "
+             "| first score | minutes | commit |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, row in sorted(report["modules"].items()):
         first = (row.get("history") or [row])[0]
-        lines.append(f"| {name} | {row['mutants']} | {row['killed']} | {row['survived']} "
+        lines.append(f"| {name} | {row['mutants']} | {row['killed']} | {row['timeout']} | {row['survived']} "
                      f"| {row['equivalent']} | {row['not_run']} | {percent(row['score'])} "
                      f"| {percent(first['score'])} ({(first.get('commit') or '-')[:7]}) | {row['minutes']} "
                      f"| {(row.get('commit') or '-')[:10]} |")
