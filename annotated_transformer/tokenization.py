@@ -61,7 +61,7 @@ class SpacyTokenizer:
 
 # %% ../book/13_tokenization.ipynb #f34349b2
 _ATTACH_LEFT = {".", ",", "!", "?", ";", ":", "%", ")", "]", "}", "…", "n't", "N'T"}
-_CLITICS = {"'s", "'re", "'ve", "'m", "'ll", "'d", "'"}
+_CLITICS = {"'s", "'re", "'ve", "'m", "'ll", "'d", "n't", "'"}
 _ATTACH_RIGHT = {"(", "[", "{", "$", "#"}
 _JOINERS = {"-", "/"}
 _NO_SPACE_AFTER = _ATTACH_RIGHT | _JOINERS

@@ -370,3 +370,226 @@ def test_a_long_bad_value_is_shown_short():
     with pytest.raises(TypeError) as info:
         SpacyTokenizer("de").pipe(sentences[0])
     assert len(one_line(info)) < 120
+
+
+# --- promises held at the values where a slip would show ------------------------------------------
+
+import itertools  # noqa: E402
+
+from annotated_transformer.tokenization import _learn_merges, _merge, sample_merges  # noqa: E402
+
+
+def test_vocab_lookup_token_zero_is_pad():
+    """Index 0 is a real entry (the padding token), not outside the vocabulary."""
+    assert Vocab([*SPECIALS, "a"]).lookup_token(0) == "<pad>"
+    assert Vocab([*SPECIALS, "a"]).lookup_tokens([0, 4]) == ["<pad>", "a"]
+
+
+def test_vocab_duplicate_message_shows_at_most_five():
+    tokens = [*SPECIALS, *"abcdef", *"abcdef"]
+    with pytest.raises(VocabularyError) as info:
+        Vocab(tokens)
+    assert one_line(info) == "a vocabulary holds each token once; repeated: ['a', 'b', 'c', 'd', 'e']"
+
+
+def test_build_vocab_orders_by_frequency_before_the_alphabet():
+    """Most frequent first, even where that is not alphabetical; ties alphabetical."""
+    vocab = build_vocab_from_iterator([["b", "b", "c", "a", "z", "z", "z"]])
+    assert vocab.get_itos() == [*SPECIALS, "z", "b", "a", "c"]
+    with pytest.raises(ValueError, match=r"^min_freq must be a whole number"):
+        build_vocab_from_iterator([["a"]], min_freq=0)
+
+
+def test_spacy_tokenizer_repr_names_its_language():
+    assert repr(SpacyTokenizer("de")) == "SpacyTokenizer('de')"
+
+
+@pytest.mark.parametrize("tokens, text", [
+    (["“", "a", "‘", "b", "’", "c", "”"], "“a ‘b’ c”"),  # the inner quotation closes, the outer stays open
+    # closing the outer quotation also closes an inner one left open: the next " opens a new one
+    (["He", "said", '"', "I", "like", "‘", "cats", '"', "and", '"', "dogs", '"', "."],
+     'He said "I like ‘cats" and "dogs".'),
+    (["“", "I", "said", "‘", "no", "”", ",", "he", "wrote", "“", "twice", "”", "."],
+     "“I said ‘no”, he wrote “twice”."),
+    (["Say", "'", "'", "twice"], "Say '' twice"),  # an empty quotation: the ' has its partner next
+    (["John", "’s", "dog"], "John’s dog"),  # typographic apostrophes are clitics too
+    (["JOHN", "’S", "DOG"], "JOHN’S DOG"),
+    (["The", "dog", "is", "n’t", "red", "."], "The dog isn’t red."),
+])
+def test_detokenize_nested_quotes_and_typographic_apostrophes(tokens, text):
+    assert detokenize(tokens) == text
+
+
+def test_detokenize_round_trips_typographic_apostrophes():
+    """spaCy splits "isn’t" into "is", "n’t" as it splits "isn't": both join back."""
+    texts = ["The dog isn’t red.", "Don’t go, John’s dog!", "They’re here, I’m sure."]
+    assert [detokenize(tokens) for tokens in SpacyTokenizer("en").pipe(texts)] == texts
+
+
+@pytest.mark.parametrize("symbols, pair, merged", [
+    (["a", "b", "a"], ("a", "b"), ["ab", "a"]),
+    (["x", "a", "b", "a", "b"], ("a", "b"), ["x", "ab", "ab"]),
+    (["a", "b", "x", "a"], ("b", "x"), ["a", "bx", "a"]),
+    (["a", "a", "a"], ("a", "a"), ["aa", "a"]),  # left to right, not overlapping
+    (["b", "a"], ("a", "b"), ["b", "a"]),
+    (["a"], ("a", "b"), ["a"]),
+])
+def test_merge_joins_every_occurrence_left_to_right(symbols, pair, merged):
+    assert _merge(symbols, pair) == merged
+
+
+def test_learn_merges_stops_below_min_frequency():
+    """Training stops at the first pair rarer than `min_frequency`, with the merges so far."""
+    assert _learn_merges({"ab": 2, "cd": 1}, 100, 2) == (["a", "b</w>", "c", "d</w>"], [("a", "b</w>")])
+    bpe = BPE.train([["ab", "ab", "cd"]], vocab_size=100, min_frequency=2)
+    assert bpe.merges == [("a", "b</w>")]
+
+
+def test_learn_merges_keeps_pairs_seen_once_when_min_frequency_is_1():
+    """A pair whose count falls to 1 is still merged when pairs seen once count."""
+    assert _learn_merges({"acc": 1}, 100, 1) == (["a", "c", "c</w>"], [("a", "c"), ("ac", "c</w>")])
+
+
+def test_learn_merges_recounts_pairs_a_merge_made_rarer():
+    """A pair that lost occurrences to a merge keeps its remaining count, and the order of learning
+    is by that count (ties alphabetical): checked against a plain recount at every step."""
+    word_counts = {"aba": 2, "cba": 1, "aaabc": 1}
+
+    def plain(word_counts, min_frequency):  # Sennrich et al.'s loop, recounting every pair each step
+        words = {w: [*w[:-1], w[-1] + END_OF_WORD] for w in word_counts}
+        merges = []
+        while True:
+            counts = {}
+            for w, symbols in words.items():
+                for pair in itertools.pairwise(symbols):
+                    counts[pair] = counts.get(pair, 0) + word_counts[w]
+            if not counts:
+                return merges
+            pair = min(counts, key=lambda p: (-counts[p], p))
+            if counts[pair] < min_frequency:
+                return merges
+            merges.append(pair)
+            words = {w: _merge(symbols, pair) for w, symbols in words.items()}
+
+    merges = _learn_merges(word_counts, 100, 1)[1]
+    assert merges == plain(word_counts, 1)
+    assert merges[-2:] == [("b", "a</w>"), ("c", "ba</w>")]
+
+
+def test_bpe_min_frequency_0_merges_only_pairs_that_occur():
+    """A pair that no word holds any more is never merged, whatever `min_frequency` allows."""
+    sentences = [["low", "lower", "newest", "widest", "low"]]
+    merges = BPE.train(sentences, 100, min_frequency=1).merges
+    assert len(merges) > 3 and BPE.train(sentences, 100, min_frequency=0).merges == merges
+
+
+def test_bpe_smallest_vocab_size_and_messages():
+    """vocab_size = specials + 1 is allowed (the alphabet is kept whole anyway)."""
+    bpe = BPE.train([["ab", "ab"]], vocab_size=len(SPECIALS) + 1)
+    assert bpe.vocab.get_itos() == [*SPECIALS, "a", "b</w>"] and bpe.merges == []
+    with pytest.raises(ValueError, match=r"^vocab_size must be a whole number, at least 5, got 4$"):
+        BPE.train([["a"]], vocab_size=4)
+
+
+def test_bpe_default_min_frequency_is_2():
+    """By default a pair seen twice is merged, a pair seen once is not."""
+    bpe = BPE.train([["ab", "ab", "cd"]], vocab_size=100)
+    assert bpe.merges == [("a", "b</w>")]
+
+
+def test_bpe_splits_words_on_whitespace_when_encoding():
+    """Training splits a "word" holding whitespace; encoding splits it the same way."""
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    bpe = BPE.train([[word] * count for word, count in counts.items()], vocab_size=4 + 11 + 3)
+    assert bpe.encode(["low newest"]) == bpe.encode(["low", "newest"])
+    assert UNK not in bpe.encode(["low newest"])
+
+
+def _many_words(n: int = 5000) -> list[str]:
+    rng = random.Random(0)
+    return sorted({"".join(rng.choice("abcdefghijklmnopqrst") for _ in range(6)) for _ in range(n)})
+
+
+def test_default_vocab_size_is_8000_with_min_frequency_2():
+    """BPE.train and build_vocabularies default to a BPE of 8000 entries, learned from pairs seen at
+    least twice (each word here occurs twice: once per side, or twice in the sentences)."""
+    words = _many_words()
+    bpe = BPE.train([words, words])
+    assert len(bpe) == 8000 and bpe.vocab.get_itos()[:4] == list(SPECIALS)
+    text = " ".join(words)
+    vocabs = build_vocabularies([(text, text)])
+    assert vocabs.kind == "bpe" and vocabs.shared and len(vocabs.source.vocab) == 8000
+    assert vocabs.source.vocab == bpe.vocab
+    assert len(BPE.train([words, words], min_frequency=3)) < 8000  # fewer pairs occur 3 times
+
+
+def test_build_vocabularies_passes_min_freq_to_bpe():
+    words = [*SpacyTokenizer("de").pipe(de for de, _ in PAIRS),
+             *SpacyTokenizer("en").pipe(en for _, en in PAIRS)]
+    for min_freq in (1, 3):
+        vocabs = build_vocabularies(PAIRS, "bpe", vocab_size=200, min_freq=min_freq)
+        assert vocabs.source.bpe.merges == BPE.train(words, vocab_size=200, min_frequency=min_freq).merges
+    assert len(build_vocabularies(PAIRS, "bpe", 200, 1).source.bpe.merges) > len(
+        build_vocabularies(PAIRS, "bpe", 200, 3).source.bpe.merges)
+
+
+def test_build_vocabularies_word_min_freq_default_2_and_tokenizer_per_language():
+    """Word vocabularies keep tokens seen `min_freq` (default 2) times in their own language, split
+    by that language's tokenizer (German keeps "geht's" whole, English splits "'s" off)."""
+    vocabs = build_vocabularies(PAIRS, "word")
+    assert vocabs.source.vocab.get_itos() == [*SPECIALS, "."]
+    assert vocabs.target.vocab.get_itos() == [*SPECIALS, ".", "A"]
+    assert build_vocabularies(PAIRS, "word", min_freq=1).source.vocab.get_itos()[4:6] == [".", "Ein"]
+    pairs = [("Er geht's.", "He's here."), ("Er geht's.", "He's here.")]
+    vocabs = build_vocabularies(pairs, "word")
+    assert "geht's" in vocabs.source.vocab and "'s" in vocabs.target.vocab and "'s" not in vocabs.source.vocab
+    assert (vocabs.source.language, vocabs.target.language) == ("de", "en")
+    assert vocabs.describe() == f"word de->en, {len(vocabs.source.vocab)}/{len(vocabs.target.vocab)} tokens"
+    assert vocabs.describe() == "word de->en, 7/8 tokens"
+
+
+def test_text_encoder_with_bpe_uses_its_vocabulary_and_names_its_language():
+    counts = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+    bpe = BPE.train([[word] * count for word, count in counts.items()], vocab_size=4 + 11 + 3)
+    encoder = TextEncoder("en", bpe=bpe)
+    assert encoder.vocab is bpe.vocab and len(encoder) == len(bpe) and encoder.language == "en"
+    ids = encoder.encode("lowest")
+    assert encoder.tokens(ids) == ["lo", "w", "est</w>"] and encoder.decode(ids) == "lowest"
+    with pytest.raises(ValueError) as info:
+        TextEncoder("en", vocab=bpe.vocab, bpe=bpe)
+    assert one_line(info) == "give either a word vocabulary (vocab=) or a subword one (bpe=), not both"
+
+
+def test_encoded_pairs_lengths_refuse_sides_of_different_lengths():
+    """A corpus whose two sides differ in length is broken: lengths() says so, never truncates."""
+    with pytest.raises(ValueError):
+        EncodedPairs([[5], [6]], [[5]]).lengths()
+
+
+def test_unknown_rate_of_a_single_token():
+    assert EncodedPairs([[UNK]], [[5]]).unknown_rate() == (1.0, 0.0)
+
+
+def test_sample_merges_dropout_0_merges_even_at_a_draw_of_0():
+    """random() lies in [0, 1): a merge is skipped when the draw is below `dropout`, so with
+    dropout 0 no draw, not even 0.0, skips one (dropout 0 is BPE itself)."""
+
+    class Zeros(random.Random):
+        def random(self):
+            return 0.0
+
+    ranks = {("l", "o"): 0, ("lo", "w</w>"): 1}
+    assert sample_merges("low", ranks, 0.0, Zeros()) == ["low</w>"]
+
+
+def test_token_batches_without_shuffling_keep_the_same_batches_every_epoch(encoded):
+    epoch_batches = token_batches(encoded, max_tokens=300, shuffle=False)
+    assert epoch_batches(0).batches == epoch_batches(1).batches
+    assert sorted(i for batch in epoch_batches(0).batches for i in batch) == list(range(len(encoded)))
+
+
+def test_token_batches_default_rank_is_0_and_pin_memory_is_passed_on(encoded):
+    shards = token_batches(encoded, max_tokens=200, world_size=3)(3).batches
+    assert shards == token_batches(encoded, max_tokens=200, rank=0, world_size=3)(3).batches
+    assert token_batches(encoded, max_tokens=300, pin_memory=True)(0).pin_memory is True
+    assert token_batches(encoded, max_tokens=300)(0).pin_memory is False
