@@ -33,6 +33,8 @@ import os
 import platform
 import random
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -528,7 +530,7 @@ def explorer_spec(translator, views, monkeypatch) -> dict:
 
 def render(spec: dict, view: tuple | None = None) -> ET.Element:
     """The chart as an SVG, at its opening view, or with its choices and hovered row set to `view`."""
-    vl_convert = need_dev_module("vl_convert")
+    need_dev_module("vl_convert")  # skipped, saying why, without it
     if view is not None:
         chosen = dict(zip(("sentence", "attention", "layer", "head"), view[:4], strict=True))
         for param in spec["params"]:
@@ -536,7 +538,15 @@ def render(spec: dict, view: tuple | None = None) -> ET.Element:
                 param["value"] = [{"q": view[4]}]
             elif param["name"] in chosen:
                 param["value"] = chosen[param["name"]]
-    return ET.fromstring(vl_convert.vegalite_to_svg(spec))
+    # In a process of its own: vl-convert's JavaScript engine runs on threads that a fork does not
+    # copy, so a test process that forks after rendering (as a mutation tool does, for each mutant)
+    # would hang in its next render.
+    svg = subprocess.run([sys.executable, "-c", RENDER], input=json.dumps(spec), capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    return ET.fromstring(svg)
+
+
+RENDER = "import json, sys, vl_convert; sys.stdout.write(vl_convert.vegalite_to_svg(json.load(sys.stdin)))"
 
 
 def groups(element: ET.Element, cls: str) -> list[ET.Element]:
