@@ -168,3 +168,13 @@ def test_a_deselected_test_is_left_out_of_every_pytest_run_and_exists():
         for test in module.deselect:
             path, function = test.split("::")
             assert path in module.tests and f"def {function}(" in (ROOT / path).read_text(), (name, test)
+
+
+def test_the_report_takes_equivalents_listed_after_the_run_out_of_the_score():
+    row = summary_of({})
+    listed = {"verdicts": [{"function": "holm", "lines": ["- if p < level:", "+ if p <= level:"],
+                            "why": "p equals the level only on a set of measure zero"}]}
+    again = mutants.rescore("verdicts", row, listed)
+    assert (again["survived"], again["equivalent"]) == (2, 1)
+    assert again["score"] == pytest.approx(2 / 4) and row["score"] == pytest.approx(2 / 5)
+    assert mutants.rescore("verdicts", again, listed) == again  # listed once, not twice

@@ -3,7 +3,8 @@
     make mutants                                     # every listed module: hours on two cores
     python tools/mutants.py verdicts attention       # some modules, by their names in MODULES
     python tools/mutants.py --list                   # the modules, their files and their tests
-    python tools/mutants.py --report                 # MUTANTS.md again from MUTANTS.json
+    python tools/mutants.py --report                 # MUTANTS.md again from MUTANTS.json, with the
+                                                     # equivalents listed since the last run
 
 A mutant is the module with one small change (a `<` for a `<=`, a `+ 1` for a `- 1`, a constant, an
 argument dropped): a test suite that holds the module's promises fails on it, and a mutant that
@@ -197,6 +198,18 @@ def summarize(module: str, found: dict[str, str], diffs: dict[str, str],
             "survivors": survivors, "equivalent_mutants": listed}
 
 
+def rescore(name: str, row: dict, equivalent: dict[str, list[dict]]) -> dict:
+    """A module's row with the survivors now listed as equivalent moved out of its score, without
+    running the mutants again (`--report`)."""
+    survivors, listed = [], list(row["equivalent_mutants"])
+    for survivor in row["survivors"]:
+        why = is_equivalent(name, survivor, equivalent)
+        (listed if why else survivors).append({**survivor, "why": why} if why else survivor)
+    judged = row["mutants"] - row["not_run"] - len(listed)
+    return {**row, "survived": len(survivors), "equivalent": len(listed), "survivors": survivors,
+            "equivalent_mutants": listed, "score": round(row["killed"] / judged, 4) if judged else None}
+
+
 def run_module(name: str, module: Module, mutmut: str, children: int, keep: Path | None) -> dict:
     """Mutate one module in a copy of the checkout and summarize its mutants."""
     start = time.monotonic()
@@ -315,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = json.loads(REPORT_JSON.read_text(encoding="utf-8")) if REPORT_JSON.exists() else {"modules": {}}
     if args.report:
+        equivalent = load_equivalent()
+        report["modules"] = {name: rescore(name, row, equivalent) for name, row in report["modules"].items()}
         write_report(report)
         return 0
     mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent))
