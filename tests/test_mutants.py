@@ -116,6 +116,7 @@ def test_the_report_has_a_row_per_module_and_lists_each_survivor():
     text = mutants.markdown({"modules": {"verdicts": row}})
     assert "| verdicts | 6 | 2 | 1 | 3 | 0 | 1 | 40.0% | 40.0% (0123456) | 1.5 | 0123456789 |" in text
     assert "## verdicts: 3 surviving" in text
+    assert "Not yet run: `attention`, `multi_head_attention`, " in text
     assert "`holm` (survived): `- if p < level:`; `+ if p <= level:`" in text
 
 

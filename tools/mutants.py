@@ -287,6 +287,9 @@ def markdown(report: dict) -> str:
                      f"| {row['equivalent']} | {row['not_run']} | {percent(row['score'])} "
                      f"| {percent(first['score'])} ({(first.get('commit') or '-')[:7]}) | {row['minutes']} "
                      f"| {(row.get('commit') or '-')[:10]} |")
+    missing = [name for name in MODULES if name not in report["modules"]]
+    if missing:
+        lines += ["", "Not yet run: " + ", ".join(f"`{name}`" for name in missing) + "."]
     if "comparison" in report:
         compared = report["comparison"]
         lines += ["", f"## Two tools on `{compared['module']}`", "",
