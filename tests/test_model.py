@@ -845,3 +845,66 @@ def test_parameter_table_rows_are_table3_with_counts_for_the_given_vocabulary():
     assert small["(E) learned positions"] - small["base"] == 2 * 50 * 512
     assert small["big"] == config_parameter_count(TransformerConfig.big(src_vocab_size=1000,
                                                                         tgt_vocab_size=1000))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_every_dropout_rate_and_layer_norm_eps_reaches_its_module(positional):
+    """P_drop goes to the embedding sums and the residual sub-layers, attention_dropout to every
+    attention, ffn_dropout inside every feed-forward network, layer_norm_eps to every LayerNorm
+    (the final pre-norm ones too)."""
+    config = TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, n_layers=1, d_model=8, d_ff=16,
+                               n_heads=2, max_len=10, dropout=0.15, attention_dropout=0.25,
+                               ffn_dropout=0.35, layer_norm_eps=0.25, positional=positional,
+                               norm_position="pre")
+    model = make_model(config)
+    rates = {name: module.p for name, module in model.named_modules() if isinstance(module, nn.Dropout)}
+    assert rates["src_pos.dropout"] == rates["tgt_pos.dropout"] == 0.15
+    for name, rate in rates.items():
+        assert rate == (0.35 if "feed_forward" in name else 0.15), name
+    attentions = [m for m in model.modules() if type(m).__name__ == "MultiHeadAttention"]
+    assert len(attentions) == 3 and all(m.dropout == 0.25 for m in attentions)
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    assert len(norms) == 2 + 3 + 2 and all(m.eps == 0.25 for m in norms)
+
+
+def test_sublayer_connection_defaults_to_the_papers_post_norm_with_eps_1e6():
+    """SublayerConnection(d, p) is the paper's LayerNorm(x + Sublayer(x)) with eps 1e-6."""
+    from annotated_transformer.model import SublayerConnection
+
+    torch.manual_seed(0)
+    block = SublayerConnection(8, 0.0)
+    assert block.norm_position == "post" and block.norm.eps == 1e-6
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    block = block.double()
+    torch.testing.assert_close(block(x, lambda y: 2 * y), block.norm(3 * x))
+
+
+def test_config_range_errors_name_the_field_the_rule_and_the_value():
+    """Sizes below 1 and dropout rates outside [0, 1) are refused naming field, rule and value."""
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(n_layers=0)
+    assert str(caught.value) == "n_layers must be a positive integer, got 0"
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(n_decoder_layers=0)
+    assert str(caught.value) == ("n_decoder_layers must be a positive integer, got 0; "
+                                 "n_decoder_layers=None means N, as many as the encoder")
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(ffn_dropout=1.0)
+    assert str(caught.value) == "ffn_dropout must lie in [0, 1), got 1.0"
+
+
+def test_make_model_refuses_a_config_followed_by_a_vocabulary_size():
+    """make_model(config, 23) mixes the two call forms and is refused, not silently ignored."""
+    with pytest.raises(TypeError, match="make_model takes a TransformerConfig or two vocabulary sizes"):
+        make_model(TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, n_layers=1, d_model=8,
+                                     d_ff=16, n_heads=2), 23)
+
+
+def test_embeddings_start_centred_with_std_d_model_to_the_minus_half():
+    """Embedding weights are drawn from N(0, d_model^-1/2) (mean 0, not shifted)."""
+    torch.manual_seed(0)
+    model = make_model(TransformerConfig(src_vocab_size=4000, tgt_vocab_size=4000, n_layers=1,
+                                         d_model=16, d_ff=16, n_heads=2, max_len=10))
+    weight = model.src_embed.lut.weight.detach()
+    assert abs(weight.mean().item()) < 0.01
+    assert abs(weight.std().item() - 16**-0.5) < 0.01
