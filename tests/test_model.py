@@ -908,3 +908,31 @@ def test_embeddings_start_centred_with_std_d_model_to_the_minus_half():
     weight = model.src_embed.lut.weight.detach()
     assert abs(weight.mean().item()) < 0.01
     assert abs(weight.std().item() - 16**-0.5) < 0.01
+
+
+def test_decode_step_refuses_a_prefix_the_cache_already_holds_in_one_line():
+    """Calling decode_step again without appending a token is refused, saying what to do."""
+    model, src, src_mask = _float64_model()
+    tgt = torch.tensor([[1, 4, 9], [1, 8, 3]])
+    with torch.no_grad():
+        memory, cache = model.encode(src, src_mask), model.init_cache()
+        model.decode_step(memory, src_mask, tgt, cache)
+        with pytest.raises(ValueError) as caught:
+            model.decode_step(memory, src_mask, tgt, cache)
+    assert str(caught.value) == ("the cache already holds all 3 positions of tgt: append the next token to tgt "
+                                 "before calling decode_step again")
+
+
+def test_decode_step_builds_its_masks_on_the_targets_device():
+    """The causal masks live on tgt's device (here PyTorch's shape-only "meta" device), so that
+    decoding runs on an accelerator without a CPU mask in the way."""
+    model = make_model(TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, n_layers=1, d_model=8,
+                                         d_ff=16, n_heads=2, max_len=10, dropout=0.0)).eval().to("meta")
+    src = torch.ones(2, 5, dtype=torch.long, device="meta")
+    tgt = torch.ones(2, 4, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        memory = model.encode(src, None)
+        assert model.decode_step(memory, None, tgt).shape == (2, 11)
+        cache = model.init_cache()
+        model.decode_step(memory, None, tgt[:, :1], cache)
+        assert model.decode_step(memory, None, tgt, cache).shape == (2, 11)
