@@ -919,8 +919,8 @@ def test_decode_step_refuses_a_prefix_the_cache_already_holds_in_one_line():
         model.decode_step(memory, src_mask, tgt, cache)
         with pytest.raises(ValueError) as caught:
             model.decode_step(memory, src_mask, tgt, cache)
-    assert str(caught.value) == ("the cache already holds all 3 positions of tgt: append the next token to tgt "
-                                 "before calling decode_step again")
+    assert str(caught.value) == ("the cache already holds all 3 positions of tgt: append the next token "
+                                 "to tgt before calling decode_step again")
 
 
 def test_decode_step_builds_its_masks_on_the_targets_device():
