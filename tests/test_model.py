@@ -673,3 +673,266 @@ def test_tied_embeddings_keep_the_embedding_init_at_a_real_vocabulary_size(share
     for embedding in (model.src_embed, model.tgt_embed):
         assert embedding.lut.weight.std().item() == pytest.approx(512**-0.5, rel=0.05)
     assert model.generator.proj.weight.std().item() == pytest.approx(512**-0.5, rel=0.05)
+
+
+# --- incremental decoding, the decoder cache, configuration errors and Table 3 (mutation survivors) ---
+
+
+def _float64_model(**overrides):
+    """A tiny float64 model (d_model 16, 2 layers, no dropout) and a padded two-sentence source."""
+    torch.manual_seed(3)
+    config = TransformerConfig(src_vocab_size=19, tgt_vocab_size=19, n_layers=2, d_model=16, d_ff=32,
+                               n_heads=2, dropout=0.0, max_len=30, **overrides)
+    model = make_model(config).double().eval()
+    src = torch.tensor([[5, 6, 7, 8, 9, 3], [4, 7, 2, PAD, PAD, PAD]])
+    return model, src, padding_mask(src, PAD)
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["padded-source", "no-mask"])
+def test_decode_step_with_cache_equals_the_full_decoder_at_every_step(padded):
+    """Cached incremental decoding, fed in chunks (3, 1, 1, 2, 1 new positions), gives the full
+    causal decoder's logits at the last position, and so does the uncached path, in float64."""
+    from annotated_transformer.attention import subsequent_mask
+
+    model, src, src_mask = _float64_model()
+    if not padded:
+        src, src_mask = src[:1], None
+    tgt = torch.tensor([[1, 4, 9, 2, 11, 5, 7, 3], [1, 8, 3, 3, 6, 10, 2, 4]])[: src.size(0)]
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.generator(model.decode(memory, src_mask, tgt, subsequent_mask(tgt.size(1))))
+        cache = model.init_cache()
+        for end in (3, 4, 5, 7, 8):
+            step = model.decode_step(memory, src_mask, tgt[:, :end], cache)
+            torch.testing.assert_close(step, full[:, end - 1], atol=1e-10, rtol=1e-10)
+            uncached = model.decode_step(memory, src_mask, tgt[:, :end])
+            torch.testing.assert_close(uncached, full[:, end - 1], atol=1e-10, rtol=1e-10)
+            assert cache.length == end
+            # The memory's keys and values are projected once and never grow.
+            assert all(len(layer) == src.size(1) for layer in cache.src_attn)
+
+
+def test_decode_step_chunk_after_the_first_sees_only_earlier_positions():
+    """Two new positions after a cached prefix: the first of them must not see the second (the
+    causal mask of a chunk is offset by the cached length)."""
+    model, src, src_mask = _float64_model()
+    tgt = torch.tensor([[1, 4, 9, 2, 11], [1, 8, 3, 3, 6]])
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = model.init_cache()
+        model.decode_step(memory, src_mask, tgt[:, :2], cache)
+        chunked = model.decode_step(memory, src_mask, tgt[:, :4], cache)
+        one_by_one = model.init_cache()
+        for end in (1, 2, 3, 4):
+            single = model.decode_step(memory, src_mask, tgt[:, :end], one_by_one)
+        torch.testing.assert_close(chunked, single, atol=1e-10, rtol=1e-10)
+        # And the chunk's keys are right: the next single step agrees with a fresh full run.
+        nxt = model.decode_step(memory, src_mask, tgt, cache)
+        torch.testing.assert_close(nxt, model.decode_step(memory, src_mask, tgt), atol=1e-10, rtol=1e-10)
+
+
+def test_decoder_cache_select_and_reorder_move_every_layers_rows():
+    """`select` keeps the chosen batch rows (repeats allowed) of every layer's self- and
+    source-attention cache; `reorder_` reorders the target rows in place; decoding on from either
+    equals decoding the reordered batch from scratch."""
+    from annotated_transformer.model import DecoderCache
+
+    model, src, src_mask = _float64_model()
+    tgt = torch.tensor([[1, 4, 9, 2], [1, 8, 3, 3]])
+    order = torch.tensor([1, 1, 0])
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = model.init_cache()
+        model.decode_step(memory, src_mask, tgt[:, :3], cache)
+        chosen = cache.select(order)
+        assert isinstance(chosen, DecoderCache) and chosen.length == 3
+        assert len(chosen.self_attn) == len(chosen.src_attn) == 2
+        new_tgt, new_memory, new_mask = tgt[order], memory[order], src_mask[order]
+        step = model.decode_step(new_memory, new_mask, new_tgt, chosen)
+        torch.testing.assert_close(step, model.decode_step(new_memory, new_mask, new_tgt),
+                                   atol=1e-10, rtol=1e-10)
+        # reorder_: beams of one source sentence swap their target histories.
+        src1, mask1 = src[:1].expand(2, -1), src_mask[:1].expand(2, -1, -1)
+        memory1 = model.encode(src1, mask1)
+        beams = torch.tensor([[1, 4, 9, 2], [1, 8, 3, 3]])
+        cache = model.init_cache()
+        model.decode_step(memory1, mask1, beams[:, :3], cache)
+        swap = torch.tensor([1, 0])
+        cache.reorder_(swap)
+        step = model.decode_step(memory1, mask1, beams[swap], cache)
+        torch.testing.assert_close(step, model.decode_step(memory1, mask1, beams[swap]),
+                                   atol=1e-10, rtol=1e-10)
+
+
+def test_decoder_cache_empty_keeps_the_memory_static():
+    """An empty cache has one self-attention cache per layer that grows, and one source-attention
+    cache per layer that is static (the memory is projected once)."""
+    from annotated_transformer.model import DecoderCache
+
+    cache = DecoderCache.empty(3)
+    assert len(cache.self_attn) == len(cache.src_attn) == 3 and cache.length == 0
+    assert all(layer.static for layer in cache.src_attn)
+    assert not any(layer.static for layer in cache.self_attn)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("n_layers", True, "n_layers must be a whole number, got True"),
+    ("n_layers", 2.0, "n_layers must be a whole number, got 2.0"),
+    ("d_k", "8", "d_k must be a whole number or None, got '8'"),
+    ("dropout", "0.1", "dropout must be a number, got '0.1'"),
+    ("share_embeddings", 1, "share_embeddings must be true or false, got 1"),
+    ("positional", "rotary", "positional must be 'sinusoidal' or 'learned', got 'rotary'"),
+])
+def test_config_type_errors_name_the_field_what_it_must_be_and_the_value(field, value, message):
+    """A wrongly typed configuration field is refused in one line naming the field, the allowed
+    kinds ("a whole number or None") and the value given."""
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(**{field: value})
+    assert str(caught.value) == message
+
+
+def test_check_types_names_a_type_without_a_plain_name_by_its_class_name():
+    """A field of a type with no plain-words name is named by its class name, None as None."""
+    from pathlib import Path
+
+    from annotated_transformer.model import check_types
+
+    @dataclasses.dataclass
+    class Settings:
+        root: Path | None = None
+
+    check_types(Settings(Path("x")))
+    check_types(Settings(None))
+    with pytest.raises(Exception) as caught:
+        check_types(Settings(3))
+    assert str(caught.value) == "root must be Path or None, got 3"
+
+
+def test_check_choice_lists_every_choice_with_or_before_the_last():
+    """Three or four choices read "'a', 'b' or 'c'": commas, then "or" before the last only."""
+    from typing import Literal
+
+    from annotated_transformer.model import check_choice
+
+    check_choice("mode", "b", Literal["a", "b", "c"])
+    with pytest.raises(Exception) as caught:
+        check_choice("mode", "z", Literal["a", "b", "c"])
+    assert str(caught.value) == "mode must be 'a', 'b' or 'c', got 'z'"
+    with pytest.raises(Exception) as caught:
+        check_choice("mode", "z", Literal["a", "b", "c", "d"])
+    assert str(caught.value) == "mode must be 'a', 'b', 'c' or 'd', got 'z'"
+
+
+def test_parameter_table_rows_are_table3_with_counts_for_the_given_vocabulary():
+    """parameter_table() has one row per Table 3 row: its name, our count for the row's model with
+    one shared vocabulary (37000 and max_len 5000 by default) and the paper's count in millions."""
+    from annotated_transformer.model import parameter_table
+
+    rows = parameter_table()
+    assert [row["row"] for row in rows] == list(TABLE3_ROWS)
+    assert all(set(row) == {"row", "ours", "paper_millions"} for row in rows)
+    assert [row["paper_millions"] for row in rows] == [paper for _, paper in TABLE3_ROWS.values()]
+    by_name = {row["row"]: row["ours"] for row in rows}
+    assert by_name["base"] == config_parameter_count(TransformerConfig()) == 63_082_496
+    # Learned positions add two max_len × d_model tables to the base model.
+    assert by_name["(E) learned positions"] - by_name["base"] == 2 * 5000 * 512
+    assert by_name["big"] == config_parameter_count(TransformerConfig.big())
+    assert by_name["(C) N=2"] < by_name["(C) N=4"] < by_name["base"] < by_name["(C) N=8"]
+
+    small = {row["row"]: row["ours"] for row in parameter_table(vocab_size=1000, max_len=50)}
+    # One shared embedding matrix: 36000 fewer words save 36000 × d_model parameters.
+    assert by_name["base"] - small["base"] == 36000 * 512
+    assert small["(E) learned positions"] - small["base"] == 2 * 50 * 512
+    assert small["big"] == config_parameter_count(TransformerConfig.big(src_vocab_size=1000,
+                                                                        tgt_vocab_size=1000))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_every_dropout_rate_and_layer_norm_eps_reaches_its_module(positional):
+    """P_drop goes to the embedding sums and the residual sub-layers, attention_dropout to every
+    attention, ffn_dropout inside every feed-forward network, layer_norm_eps to every LayerNorm
+    (the final pre-norm ones too)."""
+    config = TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, n_layers=1, d_model=8, d_ff=16,
+                               n_heads=2, max_len=10, dropout=0.15, attention_dropout=0.25,
+                               ffn_dropout=0.35, layer_norm_eps=0.25, positional=positional,
+                               norm_position="pre")
+    model = make_model(config)
+    rates = {name: module.p for name, module in model.named_modules() if isinstance(module, nn.Dropout)}
+    assert rates["src_pos.dropout"] == rates["tgt_pos.dropout"] == 0.15
+    for name, rate in rates.items():
+        assert rate == (0.35 if "feed_forward" in name else 0.15), name
+    attentions = [m for m in model.modules() if type(m).__name__ == "MultiHeadAttention"]
+    assert len(attentions) == 3 and all(m.dropout == 0.25 for m in attentions)
+    norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    assert len(norms) == 2 + 3 + 2 and all(m.eps == 0.25 for m in norms)
+
+
+def test_sublayer_connection_defaults_to_the_papers_post_norm_with_eps_1e6():
+    """SublayerConnection(d, p) is the paper's LayerNorm(x + Sublayer(x)) with eps 1e-6."""
+    from annotated_transformer.model import SublayerConnection
+
+    torch.manual_seed(0)
+    block = SublayerConnection(8, 0.0)
+    assert block.norm_position == "post" and block.norm.eps == 1e-6
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    block = block.double()
+    torch.testing.assert_close(block(x, lambda y: 2 * y), block.norm(3 * x))
+
+
+def test_config_range_errors_name_the_field_the_rule_and_the_value():
+    """Sizes below 1 and dropout rates outside [0, 1) are refused naming field, rule and value."""
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(n_layers=0)
+    assert str(caught.value) == "n_layers must be a positive integer, got 0"
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(n_decoder_layers=0)
+    assert str(caught.value) == ("n_decoder_layers must be a positive integer, got 0; "
+                                 "n_decoder_layers=None means N, as many as the encoder")
+    with pytest.raises(Exception) as caught:
+        TransformerConfig(ffn_dropout=1.0)
+    assert str(caught.value) == "ffn_dropout must lie in [0, 1), got 1.0"
+
+
+def test_make_model_refuses_a_config_followed_by_a_vocabulary_size():
+    """make_model(config, 23) mixes the two call forms and is refused, not silently ignored."""
+    with pytest.raises(TypeError, match="make_model takes a TransformerConfig or two vocabulary sizes"):
+        make_model(TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, n_layers=1, d_model=8,
+                                     d_ff=16, n_heads=2), 23)
+
+
+def test_embeddings_start_centred_with_std_d_model_to_the_minus_half():
+    """Embedding weights are drawn from N(0, d_model^-1/2) (mean 0, not shifted)."""
+    torch.manual_seed(0)
+    model = make_model(TransformerConfig(src_vocab_size=4000, tgt_vocab_size=4000, n_layers=1,
+                                         d_model=16, d_ff=16, n_heads=2, max_len=10))
+    weight = model.src_embed.lut.weight.detach()
+    assert abs(weight.mean().item()) < 0.01
+    assert abs(weight.std().item() - 16**-0.5) < 0.01
+
+
+def test_decode_step_refuses_a_prefix_the_cache_already_holds_in_one_line():
+    """Calling decode_step again without appending a token is refused, saying what to do."""
+    model, src, src_mask = _float64_model()
+    tgt = torch.tensor([[1, 4, 9], [1, 8, 3]])
+    with torch.no_grad():
+        memory, cache = model.encode(src, src_mask), model.init_cache()
+        model.decode_step(memory, src_mask, tgt, cache)
+        with pytest.raises(ValueError) as caught:
+            model.decode_step(memory, src_mask, tgt, cache)
+    assert str(caught.value) == ("the cache already holds all 3 positions of tgt: append the next token "
+                                 "to tgt before calling decode_step again")
+
+
+def test_decode_step_builds_its_masks_on_the_targets_device():
+    """The causal masks live on tgt's device (here PyTorch's shape-only "meta" device), so that
+    decoding runs on an accelerator without a CPU mask in the way."""
+    model = make_model(TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, n_layers=1, d_model=8,
+                                         d_ff=16, n_heads=2, max_len=10, dropout=0.0)).eval().to("meta")
+    src = torch.ones(2, 5, dtype=torch.long, device="meta")
+    tgt = torch.ones(2, 4, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        memory = model.encode(src, None)
+        assert model.decode_step(memory, None, tgt).shape == (2, 11)
+        cache = model.init_cache()
+        model.decode_step(memory, None, tgt[:, :1], cache)
+        assert model.decode_step(memory, None, tgt, cache).shape == (2, 11)
