@@ -179,3 +179,92 @@ def test_the_report_takes_equivalents_listed_after_the_run_out_of_the_score():
     assert (again["survived"], again["equivalent"]) == (2, 1)
     assert again["score"] == pytest.approx(2 / 4) and row["score"] == pytest.approx(2 / 5)
     assert mutants.rescore("verdicts", again, listed) == again  # listed once, not twice
+
+
+DECORATED = '''\
+import functools
+
+registry = []
+
+
+def register(function):
+    registry.append(function.__name__)
+    return function
+
+
+def twice(function):
+    @functools.wraps(function)
+    def wrapped(*args):
+        return 2 * function(*args)
+    return wrapped
+
+
+class Box:
+    def __init__(self, value):
+        self._value = value
+
+    @property
+    def value(self):
+        return self._value
+
+    @value.setter
+    def value(self, new):
+        self._value = new
+
+    @classmethod
+    def of(cls, value):
+        return cls(value)
+
+
+@register
+@twice
+def add_one(x):
+    return x + 1
+
+
+def plus(x):
+    return x + 1
+'''
+
+
+def run_module_text(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(source, "<module>", "exec"), namespace)
+    return namespace
+
+
+def test_undecorate_applies_each_decorator_by_hand_in_the_same_order():
+    """mutmut leaves decorated functions unmutated; the rewritten copy it mutates must mean the same:
+    decorators applied bottom-up, a property still a property."""
+    rewritten = mutants.undecorate(DECORATED)
+    assert "@register" not in rewritten and "@twice" not in rewritten and "    @property" not in rewritten
+    assert "add_one = register(twice(add_one))\n" in rewritten
+    assert "    value = property(value)\n" in rewritten
+    before, after = run_module_text(DECORATED), run_module_text(rewritten)
+    assert after["add_one"](3) == before["add_one"](3) == 8  # twice applied once, inside register
+    assert after["registry"] == before["registry"] == ["add_one"]
+    box = after["Box"].of(4)
+    box.value = 5
+    assert box.value == 5 and isinstance(after["Box"].__dict__["value"], property)
+    assert rewritten.count("\n") == DECORATED.count("\n") - 1  # two decorator lines became one line
+
+
+def test_undecorate_leaves_alone_what_mutmut_handles_and_what_cannot_be_rewritten():
+    """@classmethod is mutmut's own case; `@value.setter` names the function it decorates, where
+    `value = value.setter(value)` would look up the plain function, not the property."""
+    rewritten = mutants.undecorate(DECORATED)
+    assert "    @classmethod\n    def of(cls, value):" in rewritten
+    assert "    @value.setter\n    def value(self, new):" in rewritten
+    assert mutants.undecorate("def plus(x):\n    return x + 1\n") == "def plus(x):\n    return x + 1\n"
+
+
+def test_the_training_step_is_among_what_mutmut_mutates():
+    """The methods chapter 9 adds to the Trainer with @add_to_class carry the step, its accumulation and
+    the schedule: the copy mutmut mutates has them as plain functions, and imports the same."""
+    source = (ROOT / mutants.MODULES["training"].path).read_text(encoding="utf-8")
+    rewritten = mutants.undecorate(source)
+    for name in ("_micro_step", "_update", "train_step", "fit", "state_dict", "load_state_dict"):
+        assert f"@add_to_class(Trainer)\ndef {name}(" in source
+        assert f"\ndef {name}(" in rewritten and f"\n{name} = add_to_class(Trainer)({name})\n" in rewritten
+    assert "@add_to_class" not in rewritten and "\n@torch.no_grad()" not in rewritten
+    compile(rewritten, "training.py", "exec")

@@ -11,7 +11,8 @@ argument dropped): a test suite that holds the module's promises fails on it, an
 every test passes *survived*, a place where the code could be wrong and no test would say so.
 
 For each module this script copies the checkout (its tracked and untracked files, not the ignored
-ones) to a temporary folder, configures mutmut there to mutate that module alone, and runs it with
+ones) to a temporary folder, rewrites the module there so that mutmut mutates its decorated functions
+too (`undecorate`), configures mutmut there to mutate that module alone, and runs it with
 the module's own test files (`MODULES`): mutmut first runs them once to see which tests reach which
 function, then runs, for each mutant, only the tests that reach its function, each mutant under a
 limit of CPU time (mutmut's: 30 times the tests' own time, plus 30 s), two at a time on two cores.
@@ -29,6 +30,7 @@ can kill it without running the tool again) and MUTANTS.md (the table), both at 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -110,6 +112,36 @@ def copy_checkout(dest: Path) -> None:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, target)
+
+
+def undecorate(source: str) -> str:
+    """`source` with each decorated function written as a plain `def` followed by the decorators
+    applied by hand (`name = deco(name)`), which Python defines to be the same thing.
+
+    mutmut 3 mutates no decorated function but for @staticmethod and @classmethod (it cannot know what
+    a decorator does with the function it is given): a module that adds its methods to a class with
+    `@add_to_class`, or decodes under `@torch.inference_mode()`, would keep its training step and
+    its decoding out of the run, and their tests untested. The rewritten copy is what mutmut
+    mutates; the checkout is not touched. A decorator that names its own function (a property's
+    `@name.setter`) is left in place: there the rewrite would not mean the same."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    functions = [node for parent in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]
+                 for node in parent.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for function in sorted(functions, key=lambda node: node.lineno, reverse=True):
+        decorators = [ast.get_source_segment(source, decorator) for decorator in function.decorator_list]
+        if not decorators or decorators in (["staticmethod"], ["classmethod"]):
+            continue
+        if any(isinstance(name, ast.Name) and name.id == function.name
+               for decorator in function.decorator_list for name in ast.walk(decorator)):
+            continue
+        indent = lines[function.lineno - 1][: function.col_offset]
+        applied = function.name
+        for decorator in reversed(decorators):  # the decorator nearest the def applies first
+            applied = f"{decorator}({applied})"
+        lines.insert(function.end_lineno, f"{indent}{function.name} = {applied}\n")
+        del lines[function.decorator_list[0].lineno - 1 : function.lineno - 1]
+    return "".join(lines)
 
 
 def mutmut_config(module: Module) -> str:
@@ -221,6 +253,8 @@ def run_module(name: str, module: Module, mutmut: str, children: int, keep: Path
         if keep:
             shutil.rmtree(work, ignore_errors=True)
         copy_checkout(work)
+        mutated = work / module.path
+        mutated.write_text(undecorate(mutated.read_text(encoding="utf-8")), encoding="utf-8")
         with open(work / "pyproject.toml", "a", encoding="utf-8") as pyproject:
             pyproject.write(mutmut_config(module))
         # mutmut puts its copy of the package first on sys.path itself; a PYTHONPATH that names
