@@ -268,3 +268,12 @@ def test_the_training_step_is_among_what_mutmut_mutates():
         assert f"\ndef {name}(" in rewritten and f"\n{name} = add_to_class(Trainer)({name})\n" in rewritten
     assert "@add_to_class" not in rewritten and "\n@torch.no_grad()" not in rewritten
     compile(rewritten, "training.py", "exec")
+
+
+def test_a_score_that_left_decorated_functions_out_is_marked():
+    """A run from before `undecorate` scored training without its step: the report must not show that
+    score as if it counted them; a module with no decorated function has nothing to mark."""
+    row = {"score": 0.5, "commit": "abc"}
+    assert mutants.score_cell("training", row) == "50.0% †"
+    assert mutants.score_cell("training", {**row, "decorated": True}) == "50.0%"
+    assert mutants.score_cell("attention", row) == "50.0%"
