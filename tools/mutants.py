@@ -72,7 +72,7 @@ MODULES = {
     "model": Module("annotated_transformer/model.py", ("tests/test_model.py", "tests/test_layers.py")),
     "training": Module("annotated_transformer/training.py",
                        ("tests/test_training.py", "tests/test_promises_training.py",
-                        "tests/test_training_machinery.py"),
+                        "tests/test_training_machinery.py", "tests/test_training_promises_copy_task.py"),
                        deselect=("tests/test_training.py::test_copy_task_reaches_full_exact_match_and_decodes_it",
                                  "tests/test_training.py::test_compilations_over_many_batch_shapes_are_bounded")),
     "optimizer": Module("annotated_transformer/optimizer.py", ("tests/test_optimizer.py",)),
