@@ -412,6 +412,8 @@ def train_copy_task(
     """Train a small Transformer to copy its input until every held-out sequence is copied exactly
     (checked every `eval_every` steps) or for `max_steps` optimizer steps: the paper's recipe at a toy
     scale, on batches of random sentences, or by length with `batching="tokens"`."""
+    if batching not in ("sentences", "tokens"):
+        raise ValueError(f"batching must be 'sentences' or 'tokens', not {batching!r}")
     torch.manual_seed(seed)
     model = make_model(copy_task_config(vocab_size))
     train_pairs = copy_task(n_train, vocab_size, min_len, max_len, seed=seed)

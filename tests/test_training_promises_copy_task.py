@@ -471,3 +471,10 @@ def test_groups_are_moved_to_the_device_without_waiting_in_the_right_thread(pref
     assert [(name, dev, blocking) for name, dev, blocking, _ in moves] == expected
     in_main = {thread is threading.main_thread() for *_, thread in moves}
     assert in_main == ({False} if prefetch else {True})  # with prefetch, a background thread builds them
+
+
+@pytest.mark.parametrize("batching", ["token", "SENTENCES", "sentences "])
+def test_an_unknown_batching_is_refused_by_name(batching):
+    """A typo in `batching` must not train by sentences in silence."""
+    with pytest.raises(ValueError, match=f"batching must be 'sentences' or 'tokens', not {batching!r}"):
+        train_copy_task(batching=batching, n_train=10, n_test=2, max_steps=1)
