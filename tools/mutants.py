@@ -82,7 +82,7 @@ MODULES = {
                         "tests/test_decoding_promises_search.py")),
     "translator": Module("annotated_transformer/translator.py",
                          ("tests/test_translation.py", "tests/test_promises_decoding.py",
-                          "tests/test_translator_promises.py"),
+                          "tests/test_translator_promises.py", "tests/test_translator_promises_batches.py"),
                          deselect=("tests/test_translation.py::test_the_builtin_recipe_learns_to_translate",)),
     "checkpoints": Module("annotated_transformer/checkpoints.py", ("tests/test_checkpoints.py",)),
     "cli": Module("annotated_transformer/cli/commands.py", ("tests/test_cli.py",)),
