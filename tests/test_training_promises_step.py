@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import copy_batches, tiny_trainer
+from tqdm import tqdm
 
 from annotated_transformer.batching import EOS, PAD, Batch, make_batch
 from annotated_transformer.training import TrainingDiverged, evaluate
@@ -227,6 +228,11 @@ def test_on_a_terminal_the_bar_counts_the_runs_steps_from_where_it_resumed(monke
     t.load_state_dict(first.state_dict())
     terminal = Terminal()
     monkeypatch.setattr(sys, "stdout", terminal)
+    # tqdm's default lock is a multiprocessing one, shared with every process forked later (mutmut forks
+    # one per mutant): a process killed while it holds it would leave the next ones waiting forever.
+    # A thread lock and no monitor thread keep this test's bar to this process.
+    monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)
     t.fit(copy_batches)
     out = terminal.getvalue()
     assert "3/5" in out and "5/5" in out  # the bar starts at the step resumed from
