@@ -92,7 +92,8 @@ MODULES = {
     "run_directory": Module("annotated_transformer/companions/run_directory.py",
                             ("tests/test_run_directory.py",)),
     "run_files": Module("annotated_transformer/runs/run_files.py",
-                        ("tests/test_run_directory.py", "tests/test_run_files.py")),
+                        ("tests/test_run_directory.py", "tests/test_run_files.py",
+                         "tests/test_run_files_lock.py")),
     "attention_explorer": Module("annotated_transformer/companions/attention_explorer.py",
                                  ("tests/test_promises_views.py",)),
 }
