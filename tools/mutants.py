@@ -100,7 +100,7 @@ MODULES = {
                             ("tests/test_run_directory.py",)),
     "run_files": Module("annotated_transformer/runs/run_files.py",
                         ("tests/test_run_directory.py", "tests/test_run_files.py",
-                         "tests/test_run_files_open_run.py")),
+                         "tests/test_run_files_open_run.py", "tests/test_run_files_lock.py")),
     "attention_explorer": Module("annotated_transformer/companions/attention_explorer.py",
                                  ("tests/test_promises_views.py",)),
 }
