@@ -186,10 +186,10 @@ def test_translate_takes_sentences_after_its_options_and_refuses_unknown_options
     args = cli._parse_arguments(parser, ["translate", "run", "Eins.", "--beam-size", "2", "Zwei.", "Drei."])
     assert (args.sentences, args.beam_size) == (["Eins.", "Zwei.", "Drei."], 2)
     with pytest.raises(SystemExit) as exit_info:
-        cli._parse_arguments(cli.build_parser(), ["translate", "run", "Eins.", "--bogus", "Zwei."])
+        cli._parse_arguments(cli.build_parser(), ["translate", "run", "Eins.", "--bogus", "Zwei.", "--other"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"{PROG}: error: unrecognized arguments: --bogus")
+        f"{PROG}: error: unrecognized arguments: --bogus --other")
     with pytest.raises(SystemExit):
         cli._parse_arguments(cli.build_parser(), ["evaluate", "run", "extra"])
     assert capsys.readouterr().err.splitlines()[-1] == f"{PROG}: error: unrecognized arguments: extra"
@@ -391,6 +391,14 @@ def test_train_runs_in_runs_config_by_default_and_prints_the_report_and_the_high
         return run
 
     monkeypatch.setattr(cli, "train_translation", train_translation)
+    init_distributed = cli.init_distributed
+    devices = []
+
+    def init(device):
+        devices.append(device)
+        return init_distributed(device=device)
+
+    monkeypatch.setattr(cli, "init_distributed", init)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["train", "--config", "multi30k", "--max-steps", "3", "--device", "cpu",
                      "--no-download", "--data-dir", "d"]) == 0
@@ -402,6 +410,19 @@ def test_train_runs_in_runs_config_by_default_and_prints_the_report_and_the_high
     assert captured.err == f"{PROG} train: warning: {cli._high_loss(run)}\n"
     assert cli.main(["train", "--run-dir", "elsewhere", "--device", "cpu", "--quiet"]) == 0
     assert calls[-1][1:] == (Path("elsewhere"), {"download": True}, torch.device("cpu"), False)
+    assert devices == [torch.device("cpu")] * 2
+
+
+def test_a_later_chapters_command_is_added_to_the_parser_and_run_by_main(capsys):
+    """`extra_commands` (chapter 18's `experiment`) each add a sub-parser, which `main` runs."""
+    def add_hello(commands):
+        hello = commands.add_parser("hello", help="say hello")
+        hello.add_argument("--times", type=int, default=1)
+        hello.set_defaults(handler=lambda args: print(f"hello {args.times} from {args.prog}") or 7)
+
+    assert cli.main(["hello", "--times", "3"], extra_commands=[add_hello]) == 7
+    assert capsys.readouterr().out == f"hello 3 from {PROG} hello\n"
+    assert cli.build_parser([add_hello]).parse_args(["hello"]).times == 1
 
 
 def test_the_train_help_lays_out_its_description_and_configurations_as_the_book_shows(monkeypatch):
