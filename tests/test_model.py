@@ -936,3 +936,12 @@ def test_decode_step_builds_its_masks_on_the_targets_device():
         cache = model.init_cache()
         model.decode_step(memory, None, tgt[:, :1], cache)
         assert model.decode_step(memory, None, tgt, cache).shape == (2, 11)
+
+
+def test_a_cache_holds_no_position_before_the_first_step_whatever_its_depth():
+    """`length` is the position of the next token: 0 before decoding starts, for a cache of several layers
+    and for one of none (the branch that does not look into a first layer)."""
+    from annotated_transformer.model import DecoderCache
+
+    assert DecoderCache.empty(0).length == 0
+    assert DecoderCache.empty(2).length == 0
