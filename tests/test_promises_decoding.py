@@ -41,10 +41,11 @@ EOS_BIAS = 3.0  # how much likelier EOS is made: with 0 no hypothesis ends, with
 WRONG = [(1, 0.6), (2, 0.6), (2, 1.0), (3, ALPHA), (4, ALPHA)]  # what a lost setting would decode with
 
 
-def eos_biased_model(vocabs: Vocabularies, seed: int = 0) -> Transformer:
-    """A random one-layer model (d_model 32) whose EOS logit has a bias of `EOS_BIAS`: the decoder's
-    output dimension 0 is made a constant 1 (its last LayerNorm: γ_0 = 0, β_0 = 1), and only EOS's
-    row of the tied output matrix reads it. A plain Transformer still, so that it saves and loads."""
+def eos_biased_model(vocabs: Vocabularies, seed: int = 0, bias: float | None = None) -> Transformer:
+    """A random one-layer model (d_model 32) whose EOS logit has a bias (`EOS_BIAS` unless `bias` is
+    given): the decoder's output dimension 0 is made a constant 1 (its last LayerNorm: γ_0 = 0,
+    β_0 = 1), and only EOS's row of the tied output matrix reads it. A plain Transformer still, so that
+    it saves and loads."""
     torch.manual_seed(seed)
     config = TransformerConfig(
         src_vocab_size=len(vocabs.source), tgt_vocab_size=len(vocabs.target), n_layers=1, d_model=32,
@@ -56,7 +57,7 @@ def eos_biased_model(vocabs: Vocabularies, seed: int = 0) -> Transformer:
         norm.weight[0], norm.bias[0] = 0.0, 1.0
         weight = model.generator.proj.weight
         weight[:, 0] = 0.0
-        weight[EOS, 0] = EOS_BIAS
+        weight[EOS, 0] = EOS_BIAS if bias is None else bias
     return model
 
 

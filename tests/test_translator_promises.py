@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from test_promises_decoding import eos_biased_model
 
 import annotated_transformer.translator as translator_module
 from annotated_transformer.batching import EOS
@@ -22,7 +23,7 @@ from annotated_transformer.companions import hardware
 from annotated_transformer.companions.vocabulary_files import write_vocabularies
 from annotated_transformer.data import builtin_corpus
 from annotated_transformer.decoding import beam_search, greedy_decode
-from annotated_transformer.model import Transformer, TransformerConfig, make_model
+from annotated_transformer.model import Transformer
 from annotated_transformer.tokenization import Vocabularies
 from annotated_transformer.translator import (
     Evaluation,
@@ -36,25 +37,6 @@ from annotated_transformer.translator import (
 GERMAN = [de for de, _ in builtin_corpus("test")[:8]]
 NINE_TOKENS = "Die kleine Katze hat ein schnelles Buch gekannt."  # 9 word tokens
 RUSSIAN = "Съешь же ещё этих мягких французских булок"  # all <unk> for a German vocabulary
-
-
-def eos_biased_model(vocabs: Vocabularies, seed: int = 0, bias: float = 3.0) -> Transformer:
-    """A random one-layer model (d_model 32) whose EOS logit has a bias (3 by default): the decoder's output
-    dimension 0 is a constant 1 (its last LayerNorm: γ_0 = 0, β_0 = 1), and only EOS's row of the
-    output matrix reads it (as in tests/test_promises_decoding.py)."""
-    torch.manual_seed(seed)
-    config = TransformerConfig(
-        src_vocab_size=len(vocabs.source), tgt_vocab_size=len(vocabs.target), n_layers=1, d_model=32,
-        d_ff=64, n_heads=2, dropout=0.0, max_len=64, share_embeddings=vocabs.shared,
-    )
-    model = make_model(config).eval()
-    with torch.no_grad():
-        norm = model.decoder.layers[-1].sublayers[2].norm
-        norm.weight[0], norm.bias[0] = 0.0, 1.0
-        weight = model.generator.proj.weight
-        weight[:, 0] = 0.0
-        weight[EOS, 0] = bias
-    return model
 
 
 def decoded(model: Transformer, ids: list[list[int]], beam_size: int, alpha: float) -> list[list[int]]:
